@@ -1,0 +1,668 @@
+"""R-style front end: `gbart` and its result object.
+
+Mirrors R's ``BART::gbart``: the same argument names (``.`` becomes ``_``,
+``lambda`` becomes ``lambda_``), meanings and defaults, and a result with
+the same attributes. The front end converts and validates the input before
+anything is traced, calls the numerical core (`bartz.mcmcstep`,
+`bartz.mcmcloop`) and packages the draws; it does no modelling itself.
+
+Deviations from R, on purpose:
+
+- ``x_train`` is ``(n, p)`` as in R's ``gbart`` (not ``(p, n)``); a pandas
+  DataFrame keeps its column names (``varcount`` etc. become DataFrames).
+  Non-numeric columns are refused: one-hot encode them first
+  (``pandas.get_dummies``), which is what R's ``bartModelMatrix`` does.
+- ``varcount`` and ``varprob`` have one column per original predictor;
+  predictors dropped by ``rm_const`` get zeros (R drops the columns).
+- ``seed`` defaults to 99 as in R; the same seed gives the same draws.
+- The data are standardised internally (``(y - offset) / sd(y)``) for
+  float32 accuracy; priors are transformed accordingly, so the model is the
+  same as R's.
+- Trees have at most ``maxdepth`` levels (default 6, i.e. up to 32 leaves);
+  R's trees are unbounded but rarely deeper in practice.
+- Like R, a split is only accepted if each child keeps at least 5 points
+  (``min_points_per_leaf``); in bartz the rule is part of the target
+  distribution, so the Metropolis-Hastings ratio stays exact.
+- ``sigest`` by OLS ignores ``w``.
+- ``predict`` returns draws of the probability for binary outcomes.
+"""
+
+import math
+import numbers
+
+import jax
+import numpy as np
+import pandas as pd
+from jax import numpy as jnp
+from scipy import stats
+
+from bartz import grove, mcmcloop, mcmcstep, prepcovars
+
+__all__ = ['gbart', 'BARTFit']
+
+_TYPES = ('wbart', 'pbart')
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check_int(name, value, minimum, *, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral | float | np.floating):
+        msg = f'{name} must be an integer >= {minimum}, got {value!r}'
+        raise TypeError(msg)
+    if isinstance(value, float | np.floating) and (not math.isfinite(value) or value != int(value)):
+        msg = f'{name} must be an integer >= {minimum}, got {value!r}'
+        raise ValueError(msg)
+    if value < minimum:
+        what = 'a positive integer' if minimum == 1 else f'an integer >= {minimum}'
+        msg = f'{name} must be {what}, got {value!r}'
+        raise ValueError(msg)
+    return int(value)
+
+
+def _check_real(name, value, *, low=None, high=None, low_open=True, high_open=True, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        msg = f'{name} must be a real number, got {value!r}'
+        raise TypeError(msg)
+    value = float(value)
+    bad = not math.isfinite(value)
+    if low is not None:
+        bad |= value <= low if low_open else value < low
+    if high is not None:
+        bad |= value >= high if high_open else value > high
+    if bad:
+        lo = '' if low is None else (f'> {low}' if low_open else f'>= {low}')
+        hi = '' if high is None else (f'< {high}' if high_open else f'<= {high}')
+        cond = ' and '.join(s for s in (lo, hi) if s) or 'finite'
+        msg = f'{name} must be {cond}, got {value!r}'
+        raise ValueError(msg)
+    return value
+
+
+def _as_matrix(name, x, *, columns=None):
+    """Convert x to a float (n, p) numpy array; return it and column names."""
+    if x is None:
+        msg = f'{name} must be an array or DataFrame, got None'
+        raise TypeError(msg)
+    names = None
+    if isinstance(x, pd.Series):
+        x = x.to_frame()
+    if isinstance(x, pd.DataFrame):
+        bad = [c for c in x.columns if not (pd.api.types.is_numeric_dtype(x[c]) or pd.api.types.is_bool_dtype(x[c]))]
+        if bad:
+            msg = (
+                f'{name} has non-numeric columns {bad}; encode them as numbers first, '
+                'e.g. with pandas.get_dummies'
+            )
+            raise TypeError(msg)
+        names = [str(c) for c in x.columns]
+        if columns is not None and names != list(columns):
+            missing = [c for c in columns if c not in names]
+            if missing:
+                msg = f'{name} lacks the training columns {missing}'
+                raise ValueError(msg)
+            by_name = {str(c): c for c in x.columns}
+            x = x.loc[:, [by_name[c] for c in columns]]
+            names = list(columns)
+        try:
+            arr = x.to_numpy(dtype=np.float64, na_value=np.nan)
+        except (TypeError, ValueError) as e:
+            msg = f'{name} could not be converted to numbers: {e}'
+            raise TypeError(msg) from e
+    else:
+        try:
+            arr = np.asarray(x)
+        except Exception as e:
+            msg = f'{name} could not be converted to an array: {e}'
+            raise TypeError(msg) from e
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            msg = f'{name} must be numeric, got an array of dtype {arr.dtype}'
+            raise TypeError(msg)
+        if np.iscomplexobj(arr):
+            msg = f'{name} must be real, got complex values'
+            raise TypeError(msg)
+        arr = arr.astype(np.float64)
+        if arr.ndim == 1:
+            arr = arr[:, None]
+        if arr.ndim != 2:
+            msg = f'{name} must be 2-dimensional (n, p), got shape {arr.shape}'
+            raise ValueError(msg)
+    if not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        msg = f'{name} must be finite (no NaN or inf); found {arr[tuple(bad)]} at row {bad[0]}, column {bad[1]}'
+        raise ValueError(msg)
+    return arr, names
+
+
+def _as_vector(name, y, n):
+    if y is None:
+        msg = f'{name} must be an array, got None'
+        raise TypeError(msg)
+    if isinstance(y, pd.DataFrame):
+        if y.shape[1] != 1:
+            msg = f'{name} must be one column, got a DataFrame with {y.shape[1]} columns'
+            raise ValueError(msg)
+        y = y.iloc[:, 0]
+    if isinstance(y, pd.Series):
+        if not (pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y)):
+            msg = f'{name} must be numeric, got a Series of dtype {y.dtype}'
+            raise TypeError(msg)
+        y = y.to_numpy(dtype=np.float64, na_value=np.nan)
+    arr = np.asarray(y)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        msg = f'{name} must be numeric, got an array of dtype {arr.dtype}'
+        raise TypeError(msg)
+    if np.iscomplexobj(arr):
+        msg = f'{name} must be real, got complex values'
+        raise TypeError(msg)
+    arr = arr.astype(np.float64)
+    if arr.ndim == 2 and 1 in arr.shape:
+        arr = arr.reshape(-1)
+    if arr.ndim != 1:
+        msg = f'{name} must be 1-dimensional, got shape {arr.shape}'
+        raise ValueError(msg)
+    if arr.shape[0] != n:
+        msg = f'{name} must have one value per row of x_train ({n}), got {arr.shape[0]}'
+        raise ValueError(msg)
+    if not np.all(np.isfinite(arr)):
+        i = int(np.argwhere(~np.isfinite(arr))[0, 0])
+        msg = f'{name} must be finite (no NaN or inf); found {arr[i]} at position {i}'
+        raise ValueError(msg)
+    return arr
+
+
+# ---------------------------------------------------------------- priors
+
+
+def _ols_sigest(x, y):
+    """Residual sd of the OLS fit of y on x (R: summary(lm(y ~ x))$sigma)."""
+    n, p = x.shape
+    if p >= n - 1:
+        return float(np.std(y, ddof=1))
+    design = np.column_stack([np.ones(n), x])
+    coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+    resid = y - design @ coef
+    dof = n - rank
+    if dof <= 0:
+        return float(np.std(y, ddof=1))
+    return float(np.sqrt(np.sum(resid**2) / dof))
+
+
+# ---------------------------------------------------------------- result
+
+
+class BARTFit:
+    """The result of `gbart`, with R's attribute names.
+
+    Attributes
+    ----------
+    yhat_train : (ndpost, n) array
+        Draws of f at the training points (latent scale for probit).
+    yhat_train_mean : (n,) array
+        Their posterior mean.
+    yhat_test, yhat_test_mean
+        The same at ``x_test`` (None if not given).
+    prob_train, prob_train_mean, prob_test, prob_test_mean
+        Probit only: draws and mean of ``P(y = 1 | x) = Phi(yhat)``.
+    sigma : (nskip + ndpost,) array
+        Continuous only: error sd, burn-in included, as R.
+    sigma_ : (ndpost,) array
+        The kept draws of the error sd; ``sigma_mean`` their mean.
+    varcount : (ndpost, p) array or DataFrame
+        Number of splits on each predictor in each draw; ``varcount_mean``
+        the mean over draws.
+    varprob : (ndpost, p) array or DataFrame
+        Probability of choosing each predictor for a split (uniform over
+        the usable predictors without DART); ``varprob_mean`` the mean.
+    offset : float
+        The constant added to the sum of trees.
+    sigest : float
+        Prior guess of the error sd (continuous only).
+    ndpost : int
+        Number of kept draws.
+    accept_rate : dict
+        Acceptance rates of grow and prune moves.
+    """
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def __repr__(self):
+        kind = 'probit' if self.type == 'pbart' else 'continuous'
+        extra = '' if self.type == 'pbart' else f', sigma_mean={self.sigma_mean:.4g}'
+        return (
+            f'BARTFit(type={self.type!r} ({kind}), n={self._n}, p={self._p}, ntree={self.ntree}, '
+            f'ndpost={self.ndpost}{extra})'
+        )
+
+    def predict(self, x_new, *, kind='draws', max_memory=grove.DEFAULT_MAX_MEMORY):
+        """Posterior predictions at new points.
+
+        Parameters
+        ----------
+        x_new
+            ``(m, p)`` array or DataFrame with the training columns.
+        kind
+            ``'draws'``: return ``(ndpost, m)`` draws of f (for probit, of
+            the probability ``Phi(f)``). ``'mean'``: return the posterior
+            mean, ``(m,)`` (for probit, the mean probability), computed
+            without materialising the draws: memory does not grow with
+            ``ndpost``.
+        max_memory
+            Approximate bound in bytes on the temporary device memory of
+            the traversal (see `bartz.grove.evaluate_trace`).
+
+        Returns
+        -------
+        A numpy array.
+        """
+        if kind not in ('draws', 'mean'):
+            msg = f"kind must be 'draws' or 'mean', got {kind!r}"
+            raise ValueError(msg)
+        max_memory = _check_int('max_memory', max_memory, 1)
+        X = self._bin(x_new, 'x_new')
+        return self._predict_binned(X, kind, max_memory)
+
+    def _bin(self, x, name):
+        arr, _ = _as_matrix(name, x, columns=self._columns)
+        if arr.shape[1] != self._p:
+            msg = f'{name} must have {self._p} columns like x_train, got {arr.shape[1]}'
+            raise ValueError(msg)
+        arr = arr[:, self._kept]
+        return jnp.asarray(prepcovars.bin_predictors_np(arr, self._splits.splits))
+
+    def _predict_binned(self, X, kind, max_memory):
+        trees = grove.TreeHeaps(self._trace.var_tree, self._trace.split_tree, self._trace.leaf_tree)
+        f = grove.evaluate_trace(X, trees, kind=kind, max_memory=max_memory, **self._transform_kw())
+        return np.asarray(f)
+
+    def _transform_kw(self):
+        offset = jnp.float32(self.offset)
+        scale = jnp.float32(self._scale)
+        if self.type == 'pbart':
+            return {'transform': lambda f: jax.scipy.stats.norm.cdf(offset + f)}
+        return {'transform': lambda f: offset + scale * f}
+
+
+# ---------------------------------------------------------------- gbart
+
+
+def gbart(
+    x_train,
+    y_train,
+    x_test=None,
+    *,
+    type='wbart',  # noqa: A002
+    sparse=False,
+    theta=0,
+    omega=1,
+    a=0.5,
+    b=1,
+    augment=False,
+    rho=None,
+    xinfo=None,
+    usequants=False,
+    rm_const=True,
+    sigest=None,
+    sigdf=3,
+    sigquant=0.9,
+    k=2.0,
+    power=2.0,
+    base=0.95,
+    lambda_=None,
+    tau_num=None,
+    offset=None,
+    w=None,
+    ntree=None,
+    numcut=100,
+    ndpost=1000,
+    nskip=100,
+    keepevery=None,
+    printevery=100,
+    seed=99,
+    mc_cores=1,
+    maxdepth=6,
+    min_points_per_leaf=5,
+    save_yhat_train=True,
+    max_memory=grove.DEFAULT_MAX_MEMORY,
+) -> BARTFit:
+    """Fit BART by MCMC, as R's ``BART::gbart``.
+
+    ``y = f(x) + eps``, ``eps ~ N(0, sigma^2 w^2)`` (``type='wbart'``), or
+    ``P(y = 1 | x) = Phi(f(x))`` (``type='pbart'``), with ``f`` a sum of
+    ``ntree`` regression trees plus ``offset``.
+
+    Parameters
+    ----------
+    x_train
+        ``(n, p)`` predictors: numpy array or pandas DataFrame (numeric or
+        bool columns). A 1-D array is one predictor.
+    y_train
+        ``(n,)`` outcome: numbers; 0/1 (or bool) for ``type='pbart'``.
+    x_test
+        Optional ``(n_test, p)`` predictors to predict at.
+    type
+        ``'wbart'`` (continuous, default) or ``'pbart'`` (binary probit).
+    sparse, theta, omega, a, b, augment, rho
+        DART variable selection (Linero 2018): not implemented yet;
+        ``sparse=True`` raises `NotImplementedError`.
+    xinfo
+        User cut-points: ``(p, K)`` matrix (NaN-padded) or list of arrays.
+    usequants
+        Cut-points at quantiles of the unique values instead of evenly
+        spaced in the range.
+    rm_const
+        Drop predictors with no usable cut-point (a message says which).
+    sigest
+        Prior guess of the error sd; default the residual sd of a linear
+        regression of y on x (sd(y) if ``p >= n - 1``).
+    sigdf, sigquant, lambda_
+        Error variance prior ``sigma^2 ~ sigdf * lambda_ / chi2(sigdf)``,
+        with ``lambda_`` by default such that ``P(sigma < sigest) =
+        sigquant``.
+    k
+        Leaf prior sd is ``tau_num / (k sqrt(ntree))``.
+    power, base
+        Tree prior: a node at depth d splits with probability
+        ``base / (1 + d)**power``.
+    tau_num
+        Default ``(max y - min y) / 2`` (wbart) or 3 (pbart).
+    offset
+        Default ``mean(y)`` (wbart) or ``Phi^-1(mean(y))`` (pbart).
+    w
+        ``(n,)`` positive multipliers of the error sd (wbart only).
+    ntree
+        Number of trees; default 200 (wbart) or 50 (pbart).
+    numcut
+        Number of cut-points per predictor (int or one per predictor).
+    ndpost, nskip, keepevery
+        Kept draws, burn-in iterations, iterations per kept draw (default
+        1 for wbart, 10 for pbart). The chain runs ``nskip + ndpost *
+        keepevery`` iterations.
+    printevery
+        Progress every this many iterations; None for silence.
+    seed
+        Integer seed, or a JAX random key.
+    mc_cores
+        Number of chains: not implemented yet (must be 1).
+    maxdepth
+        Levels of the tree arrays (bartz only), 2 to 8.
+    min_points_per_leaf
+        A split must leave at least this many points in each child (R: 5).
+    save_yhat_train
+        Keep the ``(ndpost, n)`` training draws (R always does); set False
+        on huge n to save memory (``yhat_train_mean`` is still computed).
+    max_memory
+        Bytes of temporary memory for the prediction kernels.
+
+    Returns
+    -------
+    BARTFit
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bartz import gbart
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.uniform(size=(200, 3))
+    >>> y = np.sin(6 * x[:, 0]) + 0.1 * rng.normal(size=200)
+    >>> fit = gbart(x, y, ndpost=100, nskip=50, ntree=20, printevery=None)
+    >>> fit.yhat_train.shape
+    (100, 200)
+
+    References
+    ----------
+    Chipman, George & McCulloch (2010), BART: Bayesian additive regression
+    trees, Ann. Appl. Stat. 4(1). Sparapani, Spanbauer & McCulloch (2021),
+    The BART R package, J. Stat. Softw. 97(1).
+    """
+    # ---- argument checks, before anything touches JAX
+    if type not in _TYPES:
+        msg = f"type must be 'wbart' or 'pbart', got {type!r}"
+        raise ValueError(msg)
+    is_binary = type == 'pbart'
+    if sparse:
+        msg = 'sparse=True (DART variable selection) is not implemented yet'
+        raise NotImplementedError(msg)
+    if augment:
+        msg = 'augment=True (DART) is not implemented yet'
+        raise NotImplementedError(msg)
+    mc_cores = _check_int('mc_cores', mc_cores, 1)
+    if mc_cores != 1:
+        msg = f'mc_cores={mc_cores}: several chains are not implemented yet'
+        raise NotImplementedError(msg)
+    ndpost = _check_int('ndpost', ndpost, 1)
+    nskip = _check_int('nskip', nskip, 0)
+    keepevery = _check_int('keepevery', keepevery if keepevery is not None else (10 if is_binary else 1), 1)
+    ntree = _check_int('ntree', ntree if ntree is not None else (50 if is_binary else 200), 1)
+    printevery = _check_int('printevery', printevery, 1, allow_none=True)
+    maxdepth = _check_int('maxdepth', maxdepth, 2)
+    if maxdepth > grove.MAX_SUPPORTED_DEPTH:
+        msg = f'maxdepth must be at most {grove.MAX_SUPPORTED_DEPTH}, got {maxdepth}'
+        raise ValueError(msg)
+    min_points_per_leaf = _check_int('min_points_per_leaf', min_points_per_leaf, 0)
+    max_memory = _check_int('max_memory', max_memory, 1)
+    k = _check_real('k', k, low=0)
+    power = _check_real('power', power, low=0, low_open=False)
+    base = _check_real('base', base, low=0, high=1, high_open=False)
+    sigdf = _check_real('sigdf', sigdf, low=0)
+    sigquant = _check_real('sigquant', sigquant, low=0, high=1)
+    lambda_ = _check_real('lambda_', lambda_, low=0, allow_none=True)
+    sigest = _check_real('sigest', sigest, low=0, allow_none=True)
+    tau_num = _check_real('tau_num', tau_num, low=0, allow_none=True)
+    offset = _check_real('offset', offset, allow_none=True)
+    if not isinstance(usequants, bool | np.bool_):
+        msg = f'usequants must be True or False, got {usequants!r}'
+        raise TypeError(msg)
+    if not isinstance(rm_const, bool | np.bool_):
+        msg = f'rm_const must be True or False, got {rm_const!r}'
+        raise TypeError(msg)
+    if not isinstance(save_yhat_train, bool | np.bool_):
+        msg = f'save_yhat_train must be True or False, got {save_yhat_train!r}'
+        raise TypeError(msg)
+
+    x, columns = _as_matrix('x_train', x_train)
+    n, p = x.shape
+    if n == 0:
+        msg = 'x_train must have at least one row, got 0'
+        raise ValueError(msg)
+    y = _as_vector('y_train', y_train, n)
+    if is_binary:
+        values = np.unique(y)
+        if not np.all(np.isin(values, (0.0, 1.0))):
+            msg = f"y_train must be 0/1 for type='pbart', got values {values[:5].tolist()}"
+            raise ValueError(msg)
+        if values.size < 2:
+            msg = f"y_train must contain both 0 and 1 for type='pbart', got only {values.tolist()}"
+            raise ValueError(msg)
+        if w is not None:
+            msg = "w is for type='wbart' only"
+            raise ValueError(msg)
+    elif np.ptp(y) == 0:
+        msg = f'y_train is constant ({y[0]}): there is nothing to fit'
+        raise ValueError(msg)
+    if w is not None:
+        w = _as_vector('w', w, n)
+        if np.any(w <= 0):
+            msg = f'w must be positive, got minimum {w.min()}'
+            raise ValueError(msg)
+    if x_test is not None:
+        xt, _ = _as_matrix('x_test', x_test, columns=columns)
+        if xt.shape[1] != p:
+            msg = f'x_test must have {p} columns like x_train, got {xt.shape[1]}'
+            raise ValueError(msg)
+    else:
+        xt = None
+    key = _make_key(seed)
+
+    # ---- cut-points and binning
+    try:
+        splits = prepcovars.compute_splits(
+            x, numcut=numcut, usequants=bool(usequants), xinfo=None if xinfo is None else xinfo
+        )
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    kept = np.ones(p, bool)
+    if rm_const:
+        kept = np.asarray(prepcovars.usable_predictors(splits.max_split))
+        if not kept.all():
+            dropped = [columns[j] if columns else j for j in np.flatnonzero(~kept)]
+            if printevery is not None:
+                print(f'bartz: rm_const dropped {len(dropped)} predictor(s) with no usable cut-point: {dropped}')
+            splits = prepcovars.drop_predictors(splits, kept)
+    X = prepcovars.bin_predictors_np(x[:, kept], splits.splits)
+
+    # ---- priors, in the internal standardised units
+    if is_binary:
+        mean_y = y.mean()
+        if offset is None:
+            offset = float(stats.norm.ppf(mean_y))
+        if tau_num is None:
+            tau_num = 3.0
+        scale = 1.0
+        y_core = y.astype(bool)
+        sigest_value = None
+        sigma2_alpha = sigma2_beta = None
+        sigma2_init = 1.0
+    else:
+        if offset is None:
+            offset = float(y.mean())
+        if tau_num is None:
+            tau_num = float((y.max() - y.min()) / 2)
+        scale = float(np.std(y))
+        y_core = ((y - offset) / scale).astype(np.float32)
+        if sigest is None:
+            x_kept = x[:, kept]
+            sigest = _ols_sigest(x_kept, y) if x_kept.shape[1] else float(np.std(y, ddof=1))
+        sigest_value = sigest
+        if lambda_ is None:
+            qchi = stats.chi2.ppf(1 - sigquant, sigdf)
+            lambda_ = sigest**2 * qchi / sigdf
+        sigma2_alpha = sigdf / 2
+        sigma2_beta = sigdf * lambda_ / 2 / scale**2
+        sigma2_init = (sigest / scale) ** 2
+    tau = tau_num / (k * math.sqrt(ntree)) / scale
+
+    state = mcmcstep.init(
+        X=jnp.asarray(X),
+        max_split=splits.max_split,
+        y=y_core,
+        num_trees=ntree,
+        max_depth=maxdepth,
+        leaf_prior_var=tau**2,
+        sigma2_alpha=sigma2_alpha,
+        sigma2_beta=sigma2_beta,
+        sigma2_init=sigma2_init,
+        base=base,
+        power=power,
+        prec_weights=None if w is None else (1.0 / w**2).astype(np.float32),
+        min_points_per_leaf=min_points_per_leaf,
+        probit_threshold=-offset if is_binary else None,
+    )
+    _, trace, info = mcmcloop.run_mcmc(
+        key,
+        state,
+        n_burn=nskip,
+        n_save=ndpost,
+        n_skip=keepevery,
+        printevery=printevery,
+        save_train=True,
+        sigma_scale=scale,
+    )
+    ndraws = int(trace.leaf_tree.shape[0])
+
+    # ---- package
+    fit = BARTFit(
+        type=type,
+        ndpost=ndraws,
+        ntree=ntree,
+        offset=float(offset),
+        sigest=sigest_value,
+        _scale=scale,
+        _n=n,
+        _p=p,
+        _columns=columns,
+        _kept=kept,
+        _splits=splits,
+        _trace=trace,
+        run_info=info,
+        accept_rate={
+            'grow': info.grow_accepted / max(info.grow_proposed, 1),
+            'prune': info.prune_accepted / max(info.prune_proposed, 1),
+        },
+        k=k,
+        power=power,
+        base=base,
+        sigdf=sigdf,
+        sigquant=sigquant,
+        lambda_=lambda_,
+        tau_num=tau_num,
+        numcut=splits.max_split,
+        xinfo=splits.splits,
+        elapsed=info.elapsed,
+    )
+    fit_train = np.asarray(trace.fit_train)
+    if is_binary:
+        yhat_train = offset + fit_train
+        prob = stats.norm.cdf(yhat_train)
+        fit.prob_train = prob if save_yhat_train else None
+        fit.prob_train_mean = prob.mean(axis=0)
+    else:
+        yhat_train = offset + scale * fit_train
+    fit.yhat_train = yhat_train if save_yhat_train else None
+    fit.yhat_train_mean = yhat_train.mean(axis=0)
+    del fit_train, yhat_train
+    if xt is not None:
+        Xt = jnp.asarray(prepcovars.bin_predictors_np(xt[:, kept], splits.splits))
+        trees = grove.TreeHeaps(trace.var_tree, trace.split_tree, trace.leaf_tree)
+        ft = np.asarray(grove.evaluate_trace(Xt, trees, kind='draws', max_memory=max_memory))
+        if is_binary:
+            fit.yhat_test = offset + ft
+            fit.prob_test = stats.norm.cdf(fit.yhat_test)
+            fit.prob_test_mean = fit.prob_test.mean(axis=0)
+        else:
+            fit.yhat_test = offset + scale * ft
+        fit.yhat_test_mean = fit.yhat_test.mean(axis=0)
+    else:
+        fit.yhat_test = fit.yhat_test_mean = None
+        if is_binary:
+            fit.prob_test = fit.prob_test_mean = None
+    if not is_binary:
+        sigma_kept = scale * np.sqrt(np.asarray(trace.sigma2, np.float64))
+        sigma_burn = scale * np.sqrt(np.asarray(info.burn_sigma2, np.float64))
+        fit.sigma = np.concatenate([sigma_burn, sigma_kept])
+        fit.sigma_ = sigma_kept
+        fit.sigma_mean = float(sigma_kept.mean())
+    varcount = np.zeros((ndraws, p), np.int64)
+    varcount[:, kept] = np.asarray(trace.varcount)
+    varprob = np.zeros((ndraws, p))
+    varprob[:, kept] = 1.0 / max(kept.sum(), 1)
+    if columns is not None:
+        fit.varcount = pd.DataFrame(varcount, columns=columns)
+        fit.varprob = pd.DataFrame(varprob, columns=columns)
+        fit.varcount_mean = fit.varcount.mean(axis=0)
+        fit.varprob_mean = fit.varprob.mean(axis=0)
+    else:
+        fit.varcount = varcount
+        fit.varprob = varprob
+        fit.varcount_mean = varcount.mean(axis=0)
+        fit.varprob_mean = varprob.mean(axis=0)
+    fit.rm_const = np.flatnonzero(kept)
+    return fit
+
+
+def _make_key(seed):
+    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        msg = f'seed must be an integer or a JAX random key, got {seed!r}'
+        raise TypeError(msg)
+    if not 0 <= seed < 2**63:
+        msg = f'seed must be a non-negative integer, got {seed}'
+        raise ValueError(msg)
+    return jax.random.key(int(seed) % (2**32))
+

@@ -1,0 +1,239 @@
+"""Trees as fixed-size heap arrays: layout, traversal, evaluation, statistics.
+
+A forest of ``m`` trees of maximum depth ``D`` (number of levels, root at
+level 0) is stored as dense arrays of static shape, in heap order: node 1 is
+the root, the children of node ``k`` are ``2k`` (left) and ``2k + 1`` (right),
+index 0 is unused. With ``H = 2**D``:
+
+- ``var_tree``: ``(m, H // 2)`` unsigned int, split variable of each
+  internal node (nodes ``1 .. H/2 - 1``; the bottom level cannot split);
+- ``split_tree``: ``(m, H // 2)`` unsigned int, split index ``s`` of each
+  internal node, 0 where the node is not internal. A point goes left iff its
+  binned value ``b < s`` (see `bartz.prepcovars` for the binning);
+- ``leaf_tree``: ``(m, H)`` float32, leaf values (0 at non-leaf slots).
+
+A node exists if it is the root or its parent is internal; it is a leaf if it
+exists and is not internal. Leaves live at levels ``0 .. D - 1``, so a point's
+leaf index fits in a ``uint8`` for ``D <= 8``.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+from jax import lax
+import numpy as np
+from jax import numpy as jnp
+
+__all__ = [
+    'TreeHeaps',
+    'heap_depth',
+    'is_internal',
+    'is_leaf',
+    'is_nog',
+    'traverse_forest',
+    'evaluate_forest',
+    'forest_depth',
+    'forest_num_leaves',
+    'var_count',
+    'evaluate_trace',
+]
+
+MAX_SUPPORTED_DEPTH = 8
+
+
+class TreeHeaps(NamedTuple):
+    """A forest (or a trace of forests, with extra leading axes)."""
+
+    var_tree: jax.Array  # (..., m, H/2) uint: split variable
+    split_tree: jax.Array  # (..., m, H/2) uint: split index, 0 = not internal
+    leaf_tree: jax.Array  # (..., m, H) float32: leaf values
+
+
+def heap_depth(heap_size: int) -> int:
+    """Number of levels ``D`` of a heap of size ``H = 2**D``."""
+    depth = int(heap_size).bit_length() - 1
+    if heap_size != 2**depth or not 1 <= depth <= MAX_SUPPORTED_DEPTH:
+        msg = f'heap size must be 2**D with 1 <= D <= {MAX_SUPPORTED_DEPTH}, got {heap_size}'
+        raise ValueError(msg)
+    return depth
+
+
+@functools.cache
+def node_depths(heap_size: int) -> np.ndarray:
+    """Level of each heap index (index 0 gets level 0; it is never used)."""
+    nodes = np.arange(heap_size)
+    return np.where(nodes > 0, np.floor(np.log2(np.maximum(nodes, 1))), 0).astype(np.int32)
+
+
+def is_internal(split_tree: jax.Array) -> jax.Array:
+    """Internal-node mask of shape ``(..., H)`` from ``split_tree (..., H/2)``."""
+    internal = split_tree != 0
+    return jnp.concatenate([internal, jnp.zeros_like(internal)], axis=-1)
+
+
+def is_leaf(split_tree: jax.Array) -> jax.Array:
+    """Leaf mask of shape ``(..., H)``: nodes that exist and are not internal."""
+    internal = is_internal(split_tree)
+    heap_size = internal.shape[-1]
+    nodes = np.arange(heap_size)
+    parent_internal = internal[..., nodes >> 1]
+    exists = parent_internal | (nodes == 1)
+    return exists & ~internal
+
+
+def is_nog(split_tree: jax.Array) -> jax.Array:
+    """Mask ``(..., H/2)`` of internal nodes whose two children are leaves."""
+    leaf = is_leaf(split_tree)
+    half = split_tree.shape[-1]
+    nodes = np.arange(half)
+    left = leaf[..., np.minimum(2 * nodes, 2 * half - 1)]
+    right = leaf[..., np.minimum(2 * nodes + 1, 2 * half - 1)]
+    return (split_tree != 0) & left & right
+
+
+def traverse_forest(
+    X: jax.Array, var_tree: jax.Array, split_tree: jax.Array
+) -> jax.Array:
+    """Find the leaf of every point in every tree.
+
+    Parameters
+    ----------
+    X
+        Binned predictors, shape ``(p, n)``.
+    var_tree, split_tree
+        Shape ``(m, H/2)``.
+
+    Returns
+    -------
+    Leaf heap indices, shape ``(m, n)``, uint8.
+    """
+    heap_size = 2 * split_tree.shape[-1]
+    depth = heap_depth(heap_size)
+    num_trees = split_tree.shape[0]
+    n = X.shape[1]
+    node = jnp.ones((num_trees, n), jnp.int32)
+    point = jnp.arange(n)
+    split_tree = split_tree.astype(jnp.int32)
+    var_tree = var_tree.astype(jnp.int32)
+    for _ in range(depth - 1):
+        split = jnp.take_along_axis(split_tree, node, axis=1)
+        var = jnp.take_along_axis(var_tree, node, axis=1)
+        x = X[var, point].astype(jnp.int32)
+        node = jnp.where(split != 0, 2 * node + (x >= split), node)
+    return node.astype(jnp.uint8)
+
+
+def evaluate_forest(X: jax.Array, trees: TreeHeaps) -> jax.Array:
+    """Sum of the leaf values of all trees at each point, shape ``(n,)``."""
+    leaf_indices = traverse_forest(X, trees.var_tree, trees.split_tree)
+    values = jnp.take_along_axis(trees.leaf_tree, leaf_indices.astype(jnp.int32), axis=1)
+    return values.sum(axis=0)
+
+
+def forest_depth(split_tree: jax.Array) -> jax.Array:
+    """Depth of each tree (level of its deepest leaf; a stump has depth 0)."""
+    leaf = is_leaf(split_tree)
+    depths = jnp.asarray(node_depths(leaf.shape[-1]))
+    return jnp.max(jnp.where(leaf, depths, 0), axis=-1)
+
+
+def forest_num_leaves(split_tree: jax.Array) -> jax.Array:
+    """Number of leaves of each tree."""
+    return jnp.sum(is_leaf(split_tree), axis=-1, dtype=jnp.int32)
+
+
+def var_count(var_tree: jax.Array, split_tree: jax.Array, num_vars: int) -> jax.Array:
+    """Number of splits on each variable, summed over the trees.
+
+    Parameters
+    ----------
+    var_tree, split_tree
+        Shape ``(..., m, H/2)``.
+    num_vars
+        Number of predictors ``p``.
+
+    Returns
+    -------
+    Counts of shape ``(..., p)``, int32.
+    """
+    internal = (split_tree != 0).astype(jnp.int32)
+    one_hot = var_tree[..., None] == jnp.arange(num_vars, dtype=var_tree.dtype)
+    return jnp.sum(one_hot * internal[..., None], axis=(-3, -2), dtype=jnp.int32)
+
+
+def var_count_scatter(var_tree: jax.Array, split_tree: jax.Array, num_vars: int) -> jax.Array:
+    """`var_count` for a single forest via scatter-add (no ``(m, H, p)`` temporary)."""
+    internal = (split_tree != 0).astype(jnp.int32)
+    return jnp.zeros(num_vars, jnp.int32).at[var_tree.reshape(-1)].add(internal.reshape(-1))
+
+
+
+# bytes of temporaries per (point, tree) in `traverse_forest` + leaf gather
+_TEMP_BYTES_PER_POINT_TREE = 16
+DEFAULT_MAX_MEMORY = 256 * 2**20
+
+
+def evaluate_trace(
+    X: jax.Array,
+    trace: TreeHeaps,
+    *,
+    kind: str = 'draws',
+    max_memory: int = DEFAULT_MAX_MEMORY,
+    transform=None,
+) -> jax.Array:
+    """Evaluate every saved forest of a trace at every point.
+
+    Parameters
+    ----------
+    X
+        Binned predictors, shape ``(p, n)``.
+    trace
+        Forests with a leading draws axis: ``var_tree (ndraws, m, H/2)``, ...
+    kind
+        ``'draws'``: return ``(ndraws, n)``; ``'mean'``: return the mean
+        over draws, ``(n,)``, without materialising the draws.
+    max_memory
+        Approximate bound in bytes on the memory used at once by the batched
+        inputs, outputs and temporaries of the traversal (not counting `X`
+        and the trace themselves, nor the full output). Points are processed
+        in batches that respect it, through `bartz.jaxext.autobatch`; draws
+        are processed one at a time.
+    transform
+        Optional elementwise function applied to each draw's sum of trees
+        before it is returned or averaged (e.g. the probit link).
+
+    Returns
+    -------
+    The sum of trees, ``(ndraws, n)`` or ``(n,)``, float32.
+    """
+    from bartz.jaxext import autobatch  # noqa: PLC0415
+
+    p, n = X.shape
+    ndraws, num_trees, _ = trace.leaf_tree.shape
+    out_per_point = 4 * ndraws if kind == 'draws' else 4
+    io_per_point = p * X.dtype.itemsize + out_per_point
+    temp_per_point = _TEMP_BYTES_PER_POINT_TREE * num_trees
+    points_per_batch = max(1, max_memory // (io_per_point + temp_per_point))
+    max_io_nbytes = max(points_per_batch * io_per_point, 1)
+
+    def per_batch(X, trace):
+        def one_draw(trees):
+            f = evaluate_forest(X, trees)
+            return f if transform is None else transform(f)
+
+        if kind == 'draws':
+            return lax.map(one_draw, trace)
+        if kind == 'mean':
+
+            def body(i, acc):
+                return acc + one_draw(jax.tree.map(lambda a: a[i], trace))
+
+            total = lax.fori_loop(0, ndraws, body, jnp.zeros(X.shape[1], jnp.float32))
+            return total / ndraws
+        msg = f"kind must be 'draws' or 'mean', got {kind!r}"
+        raise ValueError(msg)
+
+    out_axes = 1 if kind == 'draws' else 0
+    batched = autobatch(per_batch, max_io_nbytes, in_axes=(1, None), out_axes=out_axes, warn_on_overflow=False)
+    return batched(X, trace)

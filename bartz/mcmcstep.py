@@ -1,0 +1,586 @@
+"""One full Gibbs sweep of the BART sampler: `init` and `step`.
+
+The sampler state is an immutable pytree (`State`). Every setting that fixes a
+shape (number of trees, maximum depth, number of predictors and of
+cut-points) is read from array shapes, so ``jax.jit(step)`` needs no static
+arguments, and hyperparameters are arrays in the state: changing them does not
+recompile.
+
+One `step` is Chipman, George & McCulloch's "Bayesian backfitting":
+
+1. For every tree at once (``vmap``), propose GROW (split a growable leaf) or
+   PRUNE (collapse a node whose two children are leaves), and compute the
+   tree-structure part of the Metropolis-Hastings ratio (proposal and prior
+   probabilities). Moves depend only on the tree's own structure, so they can
+   be drawn in parallel before the sequential part.
+2. Sequentially over trees (``lax.scan``): add the tree back to the
+   residuals, compute the per-leaf residual sums of the proposed structure
+   with one scatter-add over the data, accept or reject with the exact
+   marginal-likelihood ratio, draw all leaf values from their conjugate
+   Gaussian posterior, subtract the tree again.
+3. Draw the error variance from its conjugate inverse gamma (continuous
+   outcome) or the probit latent variables (binary outcome).
+
+The marginal likelihood of a leaf with precision sum ``P = sum_i 1 / (sigma^2
+w_i^2)`` and weighted residual sum ``S = sum_i r_i / (sigma^2 w_i^2)`` is
+``log L = 1/2 log(tau^-2 / (tau^-2 + P)) + 1/2 S^2 / (tau^-2 + P)``, with
+``tau`` the prior sd of the leaves.
+
+Tree prior (as R's BART): a node at depth ``d`` is internal with probability
+``base / (1 + d)**power`` if it can split (it is above the bottom level and
+some predictor still has a usable cut-point in it), else 0; the split
+variable is drawn among the predictors with a usable cut-point (uniformly, or
+with DART probabilities), the split index uniformly among the usable ones.
+Like R's BART, a GROW is rejected when a child would hold fewer than
+``min_points_per_leaf`` points; this makes the target the prior restricted to
+trees whose leaves all have that many points, times the likelihood, and the
+MH ratio stays exact for it.
+
+References
+----------
+Chipman, George & McCulloch (2010), "BART: Bayesian additive regression
+trees", Ann. Appl. Stat. 4(1).
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from jax import lax, random
+from jax import numpy as jnp
+from jax.scipy.special import ndtr, ndtri
+
+from bartz import grove
+
+__all__ = ['Forest', 'State', 'StepInfo', 'init', 'step', 'sweep_count_info']
+
+
+class Forest(NamedTuple):
+    """The trees and what the next sweep needs about them."""
+
+    var_tree: jax.Array  # (m, H/2) uint8/uint16: split variable
+    split_tree: jax.Array  # (m, H/2) uint: split index, 0 = not internal
+    leaf_tree: jax.Array  # (m, H) float32: leaf values, 0 at non-leaves
+    leaf_indices: jax.Array  # (m, n) uint8: heap index of each point's leaf
+    leaf_count: jax.Array  # (m, H) int32: points per leaf
+    leaf_prec: jax.Array | None  # (m, H) float32: sum of 1/w^2 per leaf; None if unweighted
+
+
+class State(NamedTuple):
+    """State of the BART Markov chain (one chain)."""
+
+    X: jax.Array  # (p, n) uint8/uint16: binned predictors
+    max_split: jax.Array  # (p,) int32: number of cut-points of each predictor
+    y: jax.Array  # (n,) float32 centred outcome, or bool for binary outcomes
+    z: jax.Array | None  # (n,) float32: probit latent (centred by offset); None if continuous
+    prec_weights: jax.Array | None  # (n,) float32: 1 / w^2; None if unweighted
+    resid: jax.Array  # (n,) float32: y (or z) minus the sum of trees
+    sigma2: jax.Array  # () float32: error variance (1 for probit)
+    forest: Forest
+    # hyperparameters (arrays, so changing them does not recompile)
+    leaf_prior_var: jax.Array  # () float32: tau^2, prior variance of the leaves
+    sigma2_alpha: jax.Array | None  # () float32: nu / 2 (inverse gamma shape); None for probit
+    sigma2_beta: jax.Array | None  # () float32: nu * lambda / 2 (scale); None for probit
+    p_nonterminal: jax.Array  # (D,) float32: base / (1 + d)**power, 0 at the bottom level
+    min_points_per_leaf: jax.Array  # () int32
+    log_s: jax.Array  # (p,) float32: log split probabilities (uniform: zeros)
+    probit_threshold: jax.Array | None  # () float32: latent > threshold iff y = 1 (= -offset)
+
+
+class StepInfo(NamedTuple):
+    """Diagnostics of one sweep, not needed by the next one."""
+
+    grow_proposed: jax.Array  # () int32: trees that proposed a grow
+    grow_accepted: jax.Array  # () int32
+    prune_proposed: jax.Array  # () int32
+    prune_accepted: jax.Array  # () int32
+
+
+def _uint_for(max_value: int):
+    for dtype in (jnp.uint8, jnp.uint16, jnp.uint32):
+        if max_value <= jnp.iinfo(dtype).max:
+            return dtype
+    raise ValueError(max_value)
+
+
+def init(
+    *,
+    X: jax.Array,
+    max_split: jax.Array,
+    y: jax.Array,
+    num_trees: int,
+    max_depth: int = 6,
+    leaf_prior_var: float,
+    sigma2_alpha: float | None = None,
+    sigma2_beta: float | None = None,
+    sigma2_init: float = 1.0,
+    base: float = 0.95,
+    power: float = 2.0,
+    prec_weights: jax.Array | None = None,
+    min_points_per_leaf: int = 0,
+    log_s: jax.Array | None = None,
+    probit_threshold: float | None = None,
+) -> State:
+    """Make the initial state: every tree a single leaf with value 0.
+
+    Parameters
+    ----------
+    X
+        Binned predictors, shape ``(p, n)``, unsigned ints (see
+        `bartz.prepcovars`).
+    max_split
+        Number of cut-points of each predictor, shape ``(p,)``.
+    y
+        Outcome, shape ``(n,)``: float (continuous, already centred by the
+        offset), or bool (binary, probit).
+    num_trees
+        Number of trees ``m``.
+    max_depth
+        Number of levels ``D`` of the heap arrays; trees have at most
+        ``2**(D-1)`` leaves. Leaves at the bottom level cannot split.
+    leaf_prior_var
+        Prior variance of the leaf values.
+    sigma2_alpha, sigma2_beta
+        Shape and scale of the inverse gamma prior of the error variance
+        (``nu/2`` and ``nu*lambda/2``). Ignored for binary ``y``.
+    sigma2_init
+        Starting error variance. Ignored for binary ``y``.
+    base, power
+        Tree prior: a node at depth ``d`` is internal with probability
+        ``base / (1 + d)**power``.
+    prec_weights
+        ``1 / w_i^2``, shape ``(n,)``, for heteroskedastic errors with sd
+        ``sigma * w_i``; None for homoskedastic errors.
+    min_points_per_leaf
+        Reject grows that would leave fewer points than this in a leaf.
+    log_s
+        Log of the (unnormalised) probabilities of choosing each predictor
+        for a split, shape ``(p,)``; None for uniform.
+    probit_threshold
+        For binary ``y``: the latent is above this iff ``y`` is 1 (minus the
+        offset, since the latent is centred by it).
+    """
+    X = jnp.asarray(X)
+    p, n = X.shape
+    heap_size = 2**max_depth
+    grove.heap_depth(heap_size)
+    half = heap_size // 2
+    is_binary = jnp.asarray(y).dtype == jnp.bool_
+    y = jnp.asarray(y, jnp.bool_ if is_binary else jnp.float32)
+    if is_binary:
+        threshold = jnp.float32(probit_threshold if probit_threshold is not None else 0.0)
+        # start at the mean of the latent truncated normal given f = 0
+        z = jnp.where(y, threshold + 0.8, threshold - 0.8).astype(jnp.float32)
+        resid = jnp.array(z, copy=True)  # distinct buffers, so the state can be donated
+        sigma2 = jnp.float32(1.0)
+    else:
+        threshold = None
+        z = None
+        resid = jnp.array(y, copy=True)
+        sigma2 = jnp.float32(sigma2_init)
+    split_dtype = X.dtype
+    leaf_count = jnp.zeros((num_trees, heap_size), jnp.int32).at[:, 1].set(n)
+    if prec_weights is not None:
+        prec_weights = jnp.asarray(prec_weights, jnp.float32)
+        leaf_prec = jnp.zeros((num_trees, heap_size), jnp.float32)
+        leaf_prec = leaf_prec.at[:, 1].set(jnp.sum(prec_weights))
+    else:
+        leaf_prec = None
+    forest = Forest(
+        var_tree=jnp.zeros((num_trees, half), _uint_for(max(p - 1, 1))),
+        split_tree=jnp.zeros((num_trees, half), split_dtype),
+        leaf_tree=jnp.zeros((num_trees, heap_size), jnp.float32),
+        leaf_indices=jnp.ones((num_trees, n), jnp.uint8),
+        leaf_count=leaf_count,
+        leaf_prec=leaf_prec,
+    )
+    depths = np.arange(max_depth)
+    p_nonterminal = base / (1.0 + depths) ** power
+    p_nonterminal[-1] = 0.0
+    return State(
+        X=X,
+        max_split=jnp.asarray(max_split, jnp.int32),
+        y=y,
+        z=z,
+        prec_weights=prec_weights,
+        resid=resid,
+        sigma2=sigma2,
+        forest=forest,
+        leaf_prior_var=jnp.float32(leaf_prior_var),
+        sigma2_alpha=None if is_binary else jnp.float32(sigma2_alpha),
+        sigma2_beta=None if is_binary else jnp.float32(sigma2_beta),
+        p_nonterminal=jnp.asarray(p_nonterminal, jnp.float32),
+        min_points_per_leaf=jnp.int32(min_points_per_leaf),
+        log_s=jnp.zeros(p, jnp.float32) if log_s is None else jnp.asarray(log_s, jnp.float32),
+        probit_threshold=threshold,
+    )
+
+
+class Moves(NamedTuple):
+    """Proposed move of each tree (leading axis: trees)."""
+
+    allowed: jax.Array  # bool: a move is possible and passes the leaf-size rule
+    grow: jax.Array  # bool: GROW (else PRUNE)
+    node: jax.Array  # int32: leaf to grow, or node to prune
+    var: jax.Array  # int32: split variable of a grow
+    split: jax.Array  # int32: split index of a grow
+    log_ratio_tree: jax.Array  # float32: log of proposal ratio times prior ratio
+    count_left: jax.Array  # int32: points in the left child (of the grown or pruned node)
+    count_right: jax.Array  # int32
+    prec_left: jax.Array  # float32: precision sum (1/w^2) in the left child
+    prec_right: jax.Array  # float32
+    leaf: jax.Array  # (H,) bool: leaf mask of the current tree
+
+
+@functools.cache
+def _ancestor_tables(heap_size: int):
+    """Static tables of the ancestors of each node.
+
+    ``anc[k, j]`` is the ancestor of node ``k`` at level ``j``, ``valid[k, j]``
+    says it is a proper ancestor, ``right[k, j]`` says the path to ``k`` turns
+    right at it.
+    """
+    depth = heap_size.bit_length() - 1
+    levels = depth - 1
+    nodes = np.arange(heap_size)
+    node_level = grove.node_depths(heap_size)
+    anc = np.zeros((heap_size, max(levels, 1)), np.int32)
+    valid = np.zeros_like(anc, bool)
+    right = np.zeros_like(anc, bool)
+    for k in nodes[1:]:
+        d = node_level[k]
+        for j in range(d):
+            anc[k, j] = k >> (d - j)
+            valid[k, j] = True
+            right[k, j] = (k >> (d - j - 1)) & 1
+    return anc, valid, right
+
+
+def _node_ranges(var_tree, split_tree, max_split, heap_size):
+    """For each node, the split range of each ancestor's variable.
+
+    Returns arrays of shape ``(H, D-1)``: ``anc_var``, ``lo`` and ``hi`` such
+    that the variable ``anc_var[k, j]`` has usable split indices
+    ``lo + 1 .. hi`` at node ``k`` (none if ``hi <= lo``), and ``first[k, j]``
+    marks the first occurrence of that variable along the path.
+    """
+    anc, valid, right = _ancestor_tables(heap_size)
+    var = var_tree.astype(jnp.int32)[anc]  # (H, L)
+    cut = split_tree.astype(jnp.int32)[anc]
+    same = (var[:, :, None] == var[:, None, :]) & valid[:, None, :]  # (H, L_j, L_i)
+    lo = jnp.max(jnp.where(same & right[:, None, :], cut[:, None, :], 0), axis=2)
+    hi_init = max_split[var]
+    hi = jnp.min(jnp.where(same & ~right[:, None, :], cut[:, None, :] - 1, hi_init[:, :, None]), axis=2)
+    earlier = np.tril(np.ones((anc.shape[1], anc.shape[1]), bool), -1)  # i < j
+    first = valid & ~jnp.any(same & earlier, axis=2)
+    return var, lo, hi, first, valid, right
+
+
+def _propose_tree(key, var_tree, split_tree, leaf_count, leaf_prec, max_split, log_s, p_nonterminal):
+    """Propose a move for one tree; data-dependent counts are filled later."""
+    half = split_tree.shape[0]
+    heap_size = 2 * half
+    depth_of = jnp.asarray(grove.node_depths(heap_size))
+    nodes = jnp.arange(heap_size)
+    key_move, key_leaf, key_var, key_split, key_nog = random.split(key, 5)
+
+    internal = grove.is_internal(split_tree)
+    leaf = grove.is_leaf(split_tree)
+    nog = jnp.concatenate([grove.is_nog(split_tree), jnp.zeros(half, bool)])
+
+    avail_root = jnp.sum(max_split > 0)
+    anc_var, lo, hi, first, _, _ = _node_ranges(var_tree, split_tree, max_split, heap_size)
+    exhausted = jnp.sum(first & (hi <= lo), axis=1)
+    n_avail = avail_root - exhausted  # (H,) predictors with a usable cut-point
+    p_split = jnp.where(n_avail > 0, p_nonterminal[depth_of], 0.0)
+    growable = leaf & (p_split > 0)
+    num_growable = jnp.sum(growable)
+    num_nog = jnp.sum(nog)
+
+    p_grow = jnp.where(num_nog == 0, 1.0, jnp.where(num_growable == 0, 0.0, 0.5))
+    grow = random.uniform(key_move) < p_grow
+    possible = (num_growable > 0) | (num_nog > 0)
+
+    # GROW: leaf, variable, split index
+    leaf_node = random.categorical(key_leaf, jnp.where(growable, 0.0, -jnp.inf))
+    d = depth_of[leaf_node]
+    p = max_split.shape[0]
+    anc, valid, right = _ancestor_tables(heap_size)
+    path_var = var_tree.astype(jnp.int32)[jnp.asarray(anc)[leaf_node]]  # (L,)
+    path_cut = split_tree.astype(jnp.int32)[jnp.asarray(anc)[leaf_node]]
+    path_valid = jnp.asarray(valid)[leaf_node]
+    path_right = jnp.asarray(right)[leaf_node]
+    on_var = (path_var[None, :] == jnp.arange(p)[:, None]) & path_valid[None, :]  # (p, L)
+    var_lo = jnp.max(jnp.where(on_var & path_right, path_cut, 0), axis=1)
+    var_hi = jnp.min(jnp.where(on_var & ~path_right, path_cut - 1, max_split[:, None]), axis=1)
+    num_splits = var_hi - var_lo  # (p,)
+    var = random.categorical(key_var, jnp.where(num_splits > 0, log_s, -jnp.inf))
+    lo_v = var_lo[var]
+    hi_v = var_hi[var]
+    split = lo_v + 1 + jnp.floor(random.uniform(key_split) * (hi_v - lo_v)).astype(jnp.int32)
+    split = jnp.minimum(split, hi_v)
+    avail_left = n_avail[leaf_node] - (split - 1 <= lo_v)
+    avail_right = n_avail[leaf_node] - (hi_v <= split)
+    p_child = p_nonterminal[jnp.minimum(d + 1, p_nonterminal.shape[0] - 1)]
+    p_split_left = jnp.where(avail_left > 0, p_child, 0.0)
+    p_split_right = jnp.where(avail_right > 0, p_child, 0.0)
+    p_split_leaf = p_split[leaf_node]
+    new_growable = num_growable - 1 + (p_split_left > 0) + (p_split_right > 0)
+    sibling_leaf = leaf[leaf_node ^ 1] & (leaf_node != 1)
+    new_nog = num_nog + 1 - sibling_leaf
+    new_p_prune = jnp.where(new_growable == 0, 1.0, 0.5)
+    log_ratio_grow = (
+        jnp.log(new_p_prune / new_nog)
+        - jnp.log(p_grow / num_growable)
+        + jnp.log(p_split_leaf)
+        + jnp.log1p(-p_split_left)
+        + jnp.log1p(-p_split_right)
+        - jnp.log1p(-p_split_leaf)
+    )
+
+    # PRUNE: node whose children are both leaves
+    prune_node = random.categorical(key_nog, jnp.where(nog, 0.0, -jnp.inf))
+    child = 2 * prune_node
+    p_split_node = p_split[prune_node]
+    pruned_growable = num_growable - growable[child] - growable[child + 1] + 1
+    new_p_grow = jnp.where(prune_node == 1, 1.0, 0.5)
+    log_ratio_prune = (
+        jnp.log(new_p_grow / pruned_growable)
+        - jnp.log((1.0 - p_grow) / num_nog)
+        + jnp.log1p(-p_split_node)
+        - jnp.log(p_split_node)
+        - jnp.log1p(-p_split[child])
+        - jnp.log1p(-p_split[child + 1])
+    )
+
+    # an impossible move gets node 1, so the sweep's bookkeeping stays in bounds
+    node = jnp.where(possible, jnp.where(grow, leaf_node, prune_node), 1).astype(jnp.int32)
+    child = 2 * node
+    prec = leaf_count.astype(jnp.float32) if leaf_prec is None else leaf_prec
+    del nodes, internal
+    return Moves(
+        allowed=possible,
+        grow=grow,
+        node=node,
+        var=var.astype(jnp.int32),
+        split=split.astype(jnp.int32),
+        log_ratio_tree=jnp.where(grow, log_ratio_grow, log_ratio_prune).astype(jnp.float32),
+        # prune: children counts are known; grow: filled in from the data
+        count_left=leaf_count[child],
+        count_right=leaf_count[child + 1],
+        prec_left=prec[child],
+        prec_right=prec[child + 1],
+        leaf=leaf,
+    )
+
+
+def _grow_counts(X, prec_weights, leaf_indices, moves, leaf_count):
+    """Points (and precision) going to the left child of each proposed grow."""
+    var_row = X[moves.var]  # (m, n)
+    in_leaf = leaf_indices == moves.node[:, None].astype(jnp.uint8)
+    goes_left = in_leaf & (var_row.astype(jnp.int32) < moves.split[:, None])
+    count_left = jnp.sum(goes_left, axis=1, dtype=jnp.int32)
+    count_leaf = jnp.take_along_axis(leaf_count, moves.node[:, None], axis=1)[:, 0]
+    if prec_weights is None:
+        prec_left = count_left.astype(jnp.float32)
+        prec_leaf = count_leaf.astype(jnp.float32)
+    else:
+        prec_left = jnp.sum(jnp.where(goes_left, prec_weights, 0.0), axis=1)
+        prec_leaf = jnp.sum(jnp.where(in_leaf, prec_weights, 0.0), axis=1)
+    return count_left, count_leaf - count_left, prec_left, prec_leaf - prec_left
+
+
+def propose_moves(key, state: State) -> Moves:
+    """Propose a GROW or PRUNE for every tree at once."""
+    forest = state.forest
+    num_trees = forest.split_tree.shape[0]
+    keys = random.split(key, num_trees)
+    moves = jax.vmap(_propose_tree, in_axes=(0, 0, 0, 0, 0 if forest.leaf_prec is not None else None, None, None, None))(
+        keys,
+        forest.var_tree,
+        forest.split_tree,
+        forest.leaf_count,
+        forest.leaf_prec,
+        state.max_split,
+        state.log_s,
+        state.p_nonterminal,
+    )
+    count_left, count_right, prec_left, prec_right = _grow_counts(
+        state.X, state.prec_weights, forest.leaf_indices, moves, forest.leaf_count
+    )
+    big_enough = (count_left >= state.min_points_per_leaf) & (count_right >= state.min_points_per_leaf)
+    return moves._replace(
+        allowed=moves.allowed & (~moves.grow | big_enough),
+        count_left=jnp.where(moves.grow, count_left, moves.count_left),
+        count_right=jnp.where(moves.grow, count_right, moves.count_right),
+        prec_left=jnp.where(moves.grow, prec_left, moves.prec_left),
+        prec_right=jnp.where(moves.grow, prec_right, moves.prec_right),
+    )
+
+
+def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
+    """Log marginal likelihood of a leaf, up to terms that cancel in ratios."""
+    post_prec = prec_sum * inv_sigma2 + inv_tau2
+    scaled_sum = resid_sum * inv_sigma2
+    return 0.5 * jnp.log(inv_tau2 / post_prec) + 0.5 * scaled_sum**2 / post_prec
+
+
+def _sweep_trees(key, state: State, moves: Moves):
+    """Accept/reject the moves and redraw the leaves, one tree after the other."""
+    forest = state.forest
+    num_trees, heap_size = forest.leaf_tree.shape
+    key_accept, key_leaves = random.split(key)
+    log_u = jnp.log(random.uniform(key_accept, (num_trees,), minval=1e-38))
+    noise = random.normal(key_leaves, (num_trees, heap_size))
+    inv_sigma2 = 1.0 / state.sigma2
+    inv_tau2 = 1.0 / state.leaf_prior_var
+    X = state.X
+    prec_weights = state.prec_weights
+    weighted = prec_weights is not None
+
+    def body(resid, tree):
+        (indices, leaf_values, count, prec, move, log_u, noise) = tree
+        node = move.node
+        tree_resid = resid + leaf_values[indices]
+        x = X[move.var]
+        node8 = node.astype(jnp.uint8)
+        child8 = (2 * node).astype(jnp.uint8)
+        in_node = indices == node8
+        goes_right = (x.astype(jnp.int32) >= move.split).astype(jnp.uint8)
+        proposed = jnp.where(move.grow & in_node, child8 + goes_right, indices)
+        weighted_resid = tree_resid * prec_weights if weighted else tree_resid
+        sums = jnp.zeros(heap_size, jnp.float32).at[proposed].add(weighted_resid)
+
+        child = 2 * node
+        sum_left, sum_right = sums[child], sums[child + 1]
+        loglik_split = (
+            _log_marginal(sum_left, move.prec_left, inv_sigma2, inv_tau2)
+            + _log_marginal(sum_right, move.prec_right, inv_sigma2, inv_tau2)
+            - _log_marginal(sum_left + sum_right, move.prec_left + move.prec_right, inv_sigma2, inv_tau2)
+        )
+        log_alpha = move.log_ratio_tree + jnp.where(move.grow, loglik_split, -loglik_split)
+        accept = move.allowed & (log_u < log_alpha)
+        split_after = jnp.where(move.grow, accept, ~accept)
+
+        # leaf statistics of the final structure
+        merged_sum = jnp.where(split_after, 0.0, sum_left + sum_right)
+        sums = sums.at[node].add(merged_sum)
+        grew = accept & move.grow
+        pruned = accept & ~move.grow
+        count = jnp.where(
+            grew, count.at[node].set(0).at[child].set(move.count_left).at[child + 1].set(move.count_right), count
+        )
+        count = jnp.where(
+            pruned, count.at[node].set(move.count_left + move.count_right).at[child].set(0).at[child + 1].set(0), count
+        )
+        if weighted:
+            prec = jnp.where(
+                grew, prec.at[node].set(0.0).at[child].set(move.prec_left).at[child + 1].set(move.prec_right), prec
+            )
+            prec = jnp.where(
+                pruned, prec.at[node].set(move.prec_left + move.prec_right).at[child].set(0.0).at[child + 1].set(0.0), prec
+            )
+            prec_final = prec
+        else:
+            prec_final = count.astype(jnp.float32)
+        leaf = move.leaf
+        leaf = jnp.where(grew, leaf.at[node].set(False).at[child].set(True).at[child + 1].set(True), leaf)
+        leaf = jnp.where(pruned, leaf.at[node].set(True).at[child].set(False).at[child + 1].set(False), leaf)
+
+        post_prec = prec_final * inv_sigma2 + inv_tau2
+        post_mean = sums * inv_sigma2 / post_prec
+        new_values = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
+
+        moved = jnp.where(move.grow, proposed, jnp.where((indices >> 1) == node8, node8, indices))
+        new_indices = jnp.where(accept, moved, indices)
+        resid = tree_resid - new_values[new_indices]
+        return resid, (new_indices, new_values, count, prec if weighted else None, accept)
+
+    xs = (forest.leaf_indices, forest.leaf_tree, forest.leaf_count, forest.leaf_prec, moves, log_u, noise)
+    resid, (leaf_indices, leaf_tree, leaf_count, leaf_prec, accepted) = lax.scan(body, state.resid, xs)
+
+    grew = accepted & moves.grow
+    pruned = accepted & ~moves.grow
+    tree_idx = jnp.arange(num_trees)
+    split_tree = forest.split_tree
+    var_tree = forest.var_tree
+    new_split = jnp.where(grew, moves.split, jnp.where(pruned, 0, split_tree[tree_idx, moves.node]))
+    new_var = jnp.where(grew, moves.var, jnp.where(pruned, 0, var_tree[tree_idx, moves.node]))
+    node = jnp.where(moves.node < split_tree.shape[1], moves.node, 0)  # a grow node is never at the bottom
+    split_tree = split_tree.at[tree_idx, node].set(new_split.astype(split_tree.dtype))
+    var_tree = var_tree.at[tree_idx, node].set(new_var.astype(var_tree.dtype))
+    forest = Forest(
+        var_tree=var_tree,
+        split_tree=split_tree,
+        leaf_tree=leaf_tree,
+        leaf_indices=leaf_indices,
+        leaf_count=leaf_count,
+        leaf_prec=leaf_prec,
+    )
+    info = StepInfo(
+        grow_proposed=jnp.sum(moves.allowed & moves.grow, dtype=jnp.int32),
+        grow_accepted=jnp.sum(grew, dtype=jnp.int32),
+        prune_proposed=jnp.sum(moves.allowed & ~moves.grow, dtype=jnp.int32),
+        prune_accepted=jnp.sum(pruned, dtype=jnp.int32),
+    )
+    return state._replace(forest=forest, resid=resid), info
+
+
+def _draw_sigma2(key, state: State) -> State:
+    """Conjugate inverse gamma draw of the error variance."""
+    resid = state.resid
+    sq = resid * resid if state.prec_weights is None else resid * resid * state.prec_weights
+    n = resid.shape[0]
+    alpha = state.sigma2_alpha + n / 2
+    beta = state.sigma2_beta + jnp.sum(sq) / 2
+    sigma2 = beta / random.gamma(key, alpha)
+    return state._replace(sigma2=sigma2.astype(jnp.float32))
+
+
+def _draw_latent(key, state: State) -> State:
+    """Albert & Chib: latent ~ N(f, 1) truncated to the side given by y."""
+    mean = state.z - state.resid
+    # standardised truncation point, mirrored so we always sample a lower tail
+    a = jnp.where(state.y, state.probit_threshold - mean, mean - state.probit_threshold)
+    a = jnp.clip(a, -10.0, 10.0)
+    u = random.uniform(key, mean.shape, minval=1e-38, maxval=1.0)
+    # eps ~ N(0, 1) | eps > a  <=>  -eps = ndtri(u * ndtr(-a))
+    eps = -ndtri(u * ndtr(-a))
+    eps = jnp.maximum(eps, a)
+    z = jnp.where(state.y, mean + eps, mean - eps)
+    return state._replace(z=z, resid=z - mean)
+
+
+def step(key: jax.Array, state: State) -> tuple[State, StepInfo]:
+    """One full Gibbs sweep: all trees, then the error variance or latents.
+
+    Parameters
+    ----------
+    key
+        A JAX random key, used once.
+    state
+        The current state.
+
+    Returns
+    -------
+    The new state and diagnostics of the sweep.
+    """
+    key_moves, key_sweep, key_last = random.split(key, 3)
+    moves = propose_moves(key_moves, state)
+    state, info = _sweep_trees(key_sweep, state, moves)
+    if state.z is not None:
+        state = _draw_latent(key_last, state)
+    else:
+        state = _draw_sigma2(key_last, state)
+    return state, info
+
+
+def sweep_count_info(info: StepInfo) -> dict:
+    """Acceptance rates from a (possibly stacked) `StepInfo`, as floats."""
+    grow_prop = np.sum(info.grow_proposed)
+    prune_prop = np.sum(info.prune_proposed)
+    return {
+        'grow_acc': float(np.sum(info.grow_accepted) / max(grow_prop, 1)),
+        'prune_acc': float(np.sum(info.prune_accepted) / max(prune_prop, 1)),
+    }
