@@ -1,0 +1,78 @@
+"""Pytest configuration: JAX settings for the test suite and random key fixtures."""
+
+import os
+import zlib
+from pathlib import Path
+
+# Before jax is imported: 4 virtual CPU devices for the sharding tests.
+_DEVICE_FLAG = '--xla_force_host_platform_device_count=4'
+if _DEVICE_FLAG not in os.environ.get('XLA_FLAGS', ''):
+    os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {_DEVICE_FLAG}'.strip()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+jax.config.update('jax_enable_x64', False)
+# Raise on random keys used twice, also inside jit (it slows down dispatch of
+# jitted functions that take keys, ~100 us per call, negligible for these tests).
+jax.config.update('jax_debug_key_reuse', True)
+# Persistent compilation cache, shared by the pytest-xdist workers.
+jax.config.update('jax_compilation_cache_dir', str(_REPO_ROOT / '.jax_cache'))
+jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
+jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'no_key_reuse_check: run the test with jax_debug_key_reuse disabled')
+
+
+@pytest.fixture(autouse=True)
+def _key_reuse_check(request):
+    """Let a test opt out of the key reuse checker with ``@pytest.mark.no_key_reuse_check``.
+
+    The checker has false positives, e.g., ``random.fold_in(key, i)`` on a key
+    closed over by a `lax.fori_loop` body counts as reusing the key.
+    """
+    if request.node.get_closest_marker('no_key_reuse_check') is None:
+        yield
+    else:
+        with jax.debug_key_reuse(False):
+            yield
+
+
+def _seed(request):
+    """A deterministic seed from the test id, different for each test."""
+    return zlib.crc32(request.node.nodeid.encode())
+
+
+@pytest.fixture
+def key(request):
+    """A random key, the same at every run of the test, different for each test."""
+    return jax.random.key(_seed(request))
+
+
+class Keys:
+    """An endless supply of independent random keys from a seed.
+
+    ``next(keys)``, ``keys.next()``, or iterating gives a fresh key each time.
+    """
+
+    def __init__(self, seed):
+        self._key = jax.random.key(seed)
+
+    def __next__(self):
+        self._key, key = jax.random.split(self._key)
+        return key
+
+    next = __next__
+
+    def __iter__(self):
+        return self
+
+
+@pytest.fixture
+def keys(request):
+    """A `Keys` seeded from the test id: deterministic, different for each test."""
+    return Keys(_seed(request))
