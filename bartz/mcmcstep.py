@@ -63,7 +63,7 @@ class Forest(NamedTuple):
     split_tree: jax.Array  # (m, H/2) uint: split index, 0 = not internal
     leaf_tree: jax.Array  # (m, H) float32: leaf values, 0 at non-leaves
     leaf_indices: jax.Array  # (m, n) uint8: heap index of each point's leaf
-    leaf_count: jax.Array  # (m, H) int32: points per leaf
+    leaf_count: jax.Array  # (m, H) int32: points per leaf (0 at non-leaves)
     leaf_prec: jax.Array | None  # (m, H) float32: sum of 1/w^2 per leaf; None if unweighted
 
 
@@ -183,8 +183,7 @@ def init(
     leaf_count = jnp.zeros((num_trees, heap_size), jnp.int32).at[:, 1].set(n)
     if prec_weights is not None:
         prec_weights = jnp.asarray(prec_weights, jnp.float32)
-        leaf_prec = jnp.zeros((num_trees, heap_size), jnp.float32)
-        leaf_prec = leaf_prec.at[:, 1].set(jnp.sum(prec_weights))
+        leaf_prec = jnp.zeros((num_trees, heap_size), jnp.float32).at[:, 1].set(jnp.sum(prec_weights))
     else:
         leaf_prec = None
     forest = Forest(
@@ -220,16 +219,12 @@ def init(
 class Moves(NamedTuple):
     """Proposed move of each tree (leading axis: trees)."""
 
-    allowed: jax.Array  # bool: a move is possible and passes the leaf-size rule
+    allowed: jax.Array  # bool: a move is possible
     grow: jax.Array  # bool: GROW (else PRUNE)
     node: jax.Array  # int32: leaf to grow, or node to prune
     var: jax.Array  # int32: split variable of a grow
     split: jax.Array  # int32: split index of a grow
     log_ratio_tree: jax.Array  # float32: log of proposal ratio times prior ratio
-    count_left: jax.Array  # int32: points in the left child (of the grown or pruned node)
-    count_right: jax.Array  # int32
-    prec_left: jax.Array  # float32: precision sum (1/w^2) in the left child
-    prec_right: jax.Array  # float32
     leaf: jax.Array  # (H,) bool: leaf mask of the current tree
 
 
@@ -277,8 +272,8 @@ def _node_ranges(var_tree, split_tree, max_split, heap_size):
     return var, lo, hi, first, valid, right
 
 
-def _propose_tree(key, var_tree, split_tree, leaf_count, leaf_prec, max_split, log_s, p_nonterminal):
-    """Propose a move for one tree; data-dependent counts are filled later."""
+def _propose_tree(key, var_tree, split_tree, max_split, log_s, p_nonterminal):
+    """Propose a move for one tree (the data enter in the sweep)."""
     half = split_tree.shape[0]
     heap_size = 2 * half
     depth_of = jnp.asarray(grove.node_depths(heap_size))
@@ -356,8 +351,6 @@ def _propose_tree(key, var_tree, split_tree, leaf_count, leaf_prec, max_split, l
 
     # an impossible move gets node 1, so the sweep's bookkeeping stays in bounds
     node = jnp.where(possible, jnp.where(grow, leaf_node, prune_node), 1).astype(jnp.int32)
-    child = 2 * node
-    prec = leaf_count.astype(jnp.float32) if leaf_prec is None else leaf_prec
     del nodes, internal
     return Moves(
         allowed=possible,
@@ -366,29 +359,8 @@ def _propose_tree(key, var_tree, split_tree, leaf_count, leaf_prec, max_split, l
         var=var.astype(jnp.int32),
         split=split.astype(jnp.int32),
         log_ratio_tree=jnp.where(grow, log_ratio_grow, log_ratio_prune).astype(jnp.float32),
-        # prune: children counts are known; grow: filled in from the data
-        count_left=leaf_count[child],
-        count_right=leaf_count[child + 1],
-        prec_left=prec[child],
-        prec_right=prec[child + 1],
         leaf=leaf,
     )
-
-
-def _grow_counts(X, prec_weights, leaf_indices, moves, leaf_count):
-    """Points (and precision) going to the left child of each proposed grow."""
-    var_row = X[moves.var]  # (m, n)
-    in_leaf = leaf_indices == moves.node[:, None].astype(jnp.uint8)
-    goes_left = in_leaf & (var_row.astype(jnp.int32) < moves.split[:, None])
-    count_left = jnp.sum(goes_left, axis=1, dtype=jnp.int32)
-    count_leaf = jnp.take_along_axis(leaf_count, moves.node[:, None], axis=1)[:, 0]
-    if prec_weights is None:
-        prec_left = count_left.astype(jnp.float32)
-        prec_leaf = count_leaf.astype(jnp.float32)
-    else:
-        prec_left = jnp.sum(jnp.where(goes_left, prec_weights, 0.0), axis=1)
-        prec_leaf = jnp.sum(jnp.where(in_leaf, prec_weights, 0.0), axis=1)
-    return count_left, count_leaf - count_left, prec_left, prec_leaf - prec_left
 
 
 def propose_moves(key, state: State) -> Moves:
@@ -396,26 +368,8 @@ def propose_moves(key, state: State) -> Moves:
     forest = state.forest
     num_trees = forest.split_tree.shape[0]
     keys = random.split(key, num_trees)
-    moves = jax.vmap(_propose_tree, in_axes=(0, 0, 0, 0, 0 if forest.leaf_prec is not None else None, None, None, None))(
-        keys,
-        forest.var_tree,
-        forest.split_tree,
-        forest.leaf_count,
-        forest.leaf_prec,
-        state.max_split,
-        state.log_s,
-        state.p_nonterminal,
-    )
-    count_left, count_right, prec_left, prec_right = _grow_counts(
-        state.X, state.prec_weights, forest.leaf_indices, moves, forest.leaf_count
-    )
-    big_enough = (count_left >= state.min_points_per_leaf) & (count_right >= state.min_points_per_leaf)
-    return moves._replace(
-        allowed=moves.allowed & (~moves.grow | big_enough),
-        count_left=jnp.where(moves.grow, count_left, moves.count_left),
-        count_right=jnp.where(moves.grow, count_right, moves.count_right),
-        prec_left=jnp.where(moves.grow, prec_left, moves.prec_left),
-        prec_right=jnp.where(moves.grow, prec_right, moves.prec_right),
+    return jax.vmap(_propose_tree, in_axes=(0, 0, 0, None, None, None))(
+        keys, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal
     )
 
 
@@ -438,49 +392,62 @@ def _sweep_trees(key, state: State, moves: Moves):
     X = state.X
     prec_weights = state.prec_weights
     weighted = prec_weights is not None
+    min_points = state.min_points_per_leaf
 
-    def body(resid, tree):
-        (indices, leaf_values, count, prec, move, log_u, noise) = tree
+    def body(carry, tree):
+        # The previous tree is subtracted here rather than at the end of its
+        # own iteration: one pass over the data instead of two, and its new
+        # leaf values arrive as a loop-carried buffer, which XLA does not
+        # recompute inside the loop over the data.
+        resid, leaf_indices, prev_values, prev_j = carry
+        j, leaf_values, count, prec, move, log_u, noise = tree
         node = move.node
-        tree_resid = resid + leaf_values[indices]
-        x = X[move.var]
-        node8 = node.astype(jnp.uint8)
-        child8 = (2 * node).astype(jnp.uint8)
-        in_node = indices == node8
-        goes_right = (x.astype(jnp.int32) >= move.split).astype(jnp.uint8)
-        proposed = jnp.where(move.grow & in_node, child8 + goes_right, indices)
+        child = 2 * node
+        idx = lax.dynamic_index_in_dim(leaf_indices, j, keepdims=False).astype(jnp.int32)
+        prev_idx = lax.dynamic_index_in_dim(leaf_indices, prev_j, keepdims=False).astype(jnp.int32)
+        tree_resid = resid - prev_values[prev_idx] + leaf_values[idx]
+        x = X[move.var].astype(jnp.int32)
+        # grow: the node's points go to its children; prune: the children are there
+        proposed = jnp.where(move.grow & (idx == node), child + (x >= move.split), idx)
         weighted_resid = tree_resid * prec_weights if weighted else tree_resid
         sums = jnp.zeros(heap_size, jnp.float32).at[proposed].add(weighted_resid)
-
-        child = 2 * node
         sum_left, sum_right = sums[child], sums[child + 1]
+
+        # points (and precision) in the children: known for a prune, counted for a grow
+        grow_left = jnp.sum(proposed == child, dtype=jnp.int32)
+        count_left = jnp.where(move.grow, grow_left, count[child])
+        count_right = jnp.where(move.grow, count[node] - grow_left, count[child + 1])
+        if weighted:
+            grow_prec_left = jnp.sum(jnp.where(proposed == child, prec_weights, 0.0))
+            prec_left = jnp.where(move.grow, grow_prec_left, prec[child])
+            prec_right = jnp.where(move.grow, prec[node] - grow_prec_left, prec[child + 1])
+        else:
+            prec_left = count_left.astype(jnp.float32)
+            prec_right = count_right.astype(jnp.float32)
+
         loglik_split = (
-            _log_marginal(sum_left, move.prec_left, inv_sigma2, inv_tau2)
-            + _log_marginal(sum_right, move.prec_right, inv_sigma2, inv_tau2)
-            - _log_marginal(sum_left + sum_right, move.prec_left + move.prec_right, inv_sigma2, inv_tau2)
+            _log_marginal(sum_left, prec_left, inv_sigma2, inv_tau2)
+            + _log_marginal(sum_right, prec_right, inv_sigma2, inv_tau2)
+            - _log_marginal(sum_left + sum_right, prec_left + prec_right, inv_sigma2, inv_tau2)
         )
         log_alpha = move.log_ratio_tree + jnp.where(move.grow, loglik_split, -loglik_split)
-        accept = move.allowed & (log_u < log_alpha)
-        split_after = jnp.where(move.grow, accept, ~accept)
-
-        # leaf statistics of the final structure
-        merged_sum = jnp.where(split_after, 0.0, sum_left + sum_right)
-        sums = sums.at[node].add(merged_sum)
+        big_enough = (count_left >= min_points) & (count_right >= min_points)
+        allowed = move.allowed & (big_enough | ~move.grow)
+        accept = allowed & (log_u < log_alpha)
         grew = accept & move.grow
         pruned = accept & ~move.grow
-        count = jnp.where(
-            grew, count.at[node].set(0).at[child].set(move.count_left).at[child + 1].set(move.count_right), count
-        )
-        count = jnp.where(
-            pruned, count.at[node].set(move.count_left + move.count_right).at[child].set(0).at[child + 1].set(0), count
-        )
+
+        # leaf statistics of the final structure
+        merged = jnp.where(move.grow, ~accept, accept)
+        sums = sums.at[node].add(jnp.where(merged, sum_left + sum_right, 0.0))
+
+        def update(stat, left, right):
+            stat = jnp.where(grew, stat.at[node].set(0).at[child].set(left).at[child + 1].set(right), stat)
+            return jnp.where(pruned, stat.at[node].set(left + right).at[child].set(0).at[child + 1].set(0), stat)
+
+        count = update(count, count_left, count_right)
         if weighted:
-            prec = jnp.where(
-                grew, prec.at[node].set(0.0).at[child].set(move.prec_left).at[child + 1].set(move.prec_right), prec
-            )
-            prec = jnp.where(
-                pruned, prec.at[node].set(move.prec_left + move.prec_right).at[child].set(0.0).at[child + 1].set(0.0), prec
-            )
+            prec = update(prec, prec_left, prec_right)
             prec_final = prec
         else:
             prec_final = count.astype(jnp.float32)
@@ -492,13 +459,21 @@ def _sweep_trees(key, state: State, moves: Moves):
         post_mean = sums * inv_sigma2 / post_prec
         new_values = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
 
-        moved = jnp.where(move.grow, proposed, jnp.where((indices >> 1) == node8, node8, indices))
-        new_indices = jnp.where(accept, moved, indices)
-        resid = tree_resid - new_values[new_indices]
-        return resid, (new_indices, new_values, count, prec if weighted else None, accept)
+        def moved_indices():
+            moved = jnp.where(move.grow, proposed, jnp.where((idx >> 1) == node, node, idx))
+            return lax.dynamic_update_index_in_dim(leaf_indices, moved.astype(jnp.uint8), j, 0)
 
-    xs = (forest.leaf_indices, forest.leaf_tree, forest.leaf_count, forest.leaf_prec, moves, log_u, noise)
-    resid, (leaf_indices, leaf_tree, leaf_count, leaf_prec, accepted) = lax.scan(body, state.resid, xs)
+        leaf_indices = lax.cond(accept, moved_indices, lambda: leaf_indices)
+        carry = (tree_resid, leaf_indices, new_values, j)
+        return carry, (new_values, count, prec if weighted else None, accept, allowed)
+
+    xs = (jnp.arange(num_trees), forest.leaf_tree, forest.leaf_count, forest.leaf_prec, moves, log_u, noise)
+    carry = (state.resid, forest.leaf_indices, jnp.zeros(heap_size, jnp.float32), jnp.int32(0))
+    (resid, leaf_indices, last_values, last_j), (leaf_tree, leaf_count, leaf_prec, accepted, allowed) = lax.scan(
+        body, carry, xs
+    )
+    resid = resid - last_values[leaf_indices[last_j].astype(jnp.int32)]
+    moves = moves._replace(allowed=allowed)
 
     grew = accepted & moves.grow
     pruned = accepted & ~moves.grow
@@ -507,9 +482,8 @@ def _sweep_trees(key, state: State, moves: Moves):
     var_tree = forest.var_tree
     new_split = jnp.where(grew, moves.split, jnp.where(pruned, 0, split_tree[tree_idx, moves.node]))
     new_var = jnp.where(grew, moves.var, jnp.where(pruned, 0, var_tree[tree_idx, moves.node]))
-    node = jnp.where(moves.node < split_tree.shape[1], moves.node, 0)  # a grow node is never at the bottom
-    split_tree = split_tree.at[tree_idx, node].set(new_split.astype(split_tree.dtype))
-    var_tree = var_tree.at[tree_idx, node].set(new_var.astype(var_tree.dtype))
+    split_tree = split_tree.at[tree_idx, moves.node].set(new_split.astype(split_tree.dtype))
+    var_tree = var_tree.at[tree_idx, moves.node].set(new_var.astype(var_tree.dtype))
     forest = Forest(
         var_tree=var_tree,
         split_tree=split_tree,
