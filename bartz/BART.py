@@ -277,15 +277,12 @@ class BARTFit:
 
     def _predict_binned(self, X, kind, max_memory):
         trees = grove.TreeHeaps(self._trace.var_tree, self._trace.split_tree, self._trace.leaf_tree)
-        f = grove.evaluate_trace(X, trees, kind=kind, max_memory=max_memory, **self._transform_kw())
-        return np.asarray(f)
-
-    def _transform_kw(self):
-        offset = jnp.float32(self.offset)
-        scale = jnp.float32(self._scale)
         if self.type == 'pbart':
-            return {'transform': lambda f: jax.scipy.stats.norm.cdf(offset + f)}
-        return {'transform': lambda f: offset + scale * f}
+            link, params = 'probit', (self.offset,)
+        else:
+            link, params = 'affine', (self.offset, self._scale)
+        f = grove.evaluate_trace(X, trees, kind=kind, max_memory=max_memory, link=link, link_params=params)
+        return np.asarray(f)
 
 
 # ---------------------------------------------------------------- gbart

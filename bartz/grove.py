@@ -169,9 +169,114 @@ def var_count_scatter(var_tree: jax.Array, split_tree: jax.Array, num_vars: int)
 
 
 
-# bytes of temporaries per (point, tree) in `traverse_forest` + leaf gather
+# bytes of temporaries per (point, tree) in the trace evaluation
 _TEMP_BYTES_PER_POINT_TREE = 16
 DEFAULT_MAX_MEMORY = 256 * 2**20
+_LINKS = (None, 'affine', 'probit')
+
+
+def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_tree):
+    """Leaf indices of the next draw's forest from the previous draw's.
+
+    Consecutive draws share most tree structures. A tree that differs from
+    its previous version by one grow or one prune (the usual case without
+    thinning) is updated with one comparison per point; a tree with more
+    changes is traversed again. Trees are compacted so that only changed
+    ones are traversed.
+    """
+    num_trees, half = split_tree.shape
+    diff = (split_tree != prev_split) | (var_tree != prev_var)
+    num_diff = jnp.sum(diff, axis=1)
+    node = jnp.argmax(diff, axis=1)
+    tree_idx = jnp.arange(num_trees)
+    old_split = prev_split[tree_idx, node]
+    new_split = split_tree[tree_idx, node]
+    single = num_diff == 1
+    grow = single & (old_split == 0) & (new_split != 0)
+    prune = single & (old_split != 0) & (new_split == 0)
+    retraverse = (num_diff > 0) & ~grow & ~prune
+
+    # one grow or prune: move the points of one node
+    idx = leaf_indices.astype(jnp.int32)
+    x = X[var_tree[tree_idx, node].astype(jnp.int32)].astype(jnp.int32)  # (m, n)
+    node = node[:, None]
+    grown = jnp.where(grow[:, None] & (idx == node), 2 * node + (x >= new_split[:, None].astype(jnp.int32)), idx)
+    pruned = jnp.where(prune[:, None] & ((idx >> 1) == node), node, grown)
+    leaf_indices = pruned.astype(jnp.uint8)
+
+    # anything else: traverse the changed trees again, a group at a time
+    group = max(1, min(num_trees, 16))
+
+    def cond(carry):
+        _, todo = carry
+        return jnp.any(todo)
+
+    def body(carry):
+        leaf_indices, todo = carry
+        (which,) = jnp.nonzero(todo, size=group, fill_value=num_trees)
+        safe = jnp.minimum(which, num_trees - 1)
+        fresh = traverse_forest(X, var_tree[safe], split_tree[safe])
+        leaf_indices = leaf_indices.at[which].set(fresh, mode='drop')
+        todo = todo.at[which].set(False, mode='drop')
+        return leaf_indices, todo
+
+    leaf_indices, _ = lax.while_loop(cond, body, (leaf_indices, retraverse))
+    return leaf_indices
+
+
+def _trace_sums(X, trace: TreeHeaps, kind, link, link_params):
+    """Sum of trees of each draw at each point, or their mean over draws."""
+    ndraws, num_trees, half = trace.split_tree.shape
+    n = X.shape[1]
+
+    def apply_link(f):
+        if link == 'affine':
+            offset, scale = link_params
+            return offset + scale * f
+        if link == 'probit':
+            (offset,) = link_params
+            return jax.scipy.stats.norm.cdf(offset + f)
+        return f
+
+    def body(carry, trees):
+        leaf_indices, prev_var, prev_split, acc = carry
+        leaf_indices = _update_leaf_indices(X, leaf_indices, prev_var, prev_split, trees.var_tree, trees.split_tree)
+        values = jnp.take_along_axis(trees.leaf_tree, leaf_indices.astype(jnp.int32), axis=1)
+        f = apply_link(jnp.sum(values, axis=0))
+        if kind == 'mean':
+            return (leaf_indices, trees.var_tree, trees.split_tree, acc + f), None
+        return (leaf_indices, trees.var_tree, trees.split_tree, acc), f
+
+    init = (
+        jnp.ones((num_trees, n), jnp.uint8),
+        jnp.zeros((num_trees, half), trace.var_tree.dtype),
+        jnp.zeros((num_trees, half), trace.split_tree.dtype),
+        jnp.zeros(n, jnp.float32),
+    )
+    (_, _, _, acc), draws = lax.scan(body, init, trace)
+    if kind == 'mean':
+        return acc / ndraws
+    return draws
+
+
+@functools.partial(jax.jit, static_argnames=('kind', 'link', 'max_memory'))
+def _evaluate_trace_jit(X, trace, link_params, *, kind, link, max_memory):
+    from bartz.jaxext import autobatch  # noqa: PLC0415
+
+    p, n = X.shape
+    ndraws, num_trees, _ = trace.leaf_tree.shape
+    out_per_point = 4 * ndraws if kind == 'draws' else 4
+    io_per_point = p * X.dtype.itemsize + out_per_point
+    temp_per_point = _TEMP_BYTES_PER_POINT_TREE * num_trees
+    points_per_batch = max(1, max_memory // (io_per_point + temp_per_point))
+    max_io_nbytes = max(points_per_batch * io_per_point, 1)
+
+    def per_batch(X, trace, link_params):
+        return _trace_sums(X, trace, kind, link, link_params)
+
+    out_axes = 1 if kind == 'draws' else 0
+    batched = autobatch(per_batch, max_io_nbytes, in_axes=(1, None, None), out_axes=out_axes, warn_on_overflow=False)
+    return batched(X, trace, link_params)
 
 
 def evaluate_trace(
@@ -180,9 +285,16 @@ def evaluate_trace(
     *,
     kind: str = 'draws',
     max_memory: int = DEFAULT_MAX_MEMORY,
-    transform=None,
+    link: str | None = None,
+    link_params: tuple = (),
 ) -> jax.Array:
     """Evaluate every saved forest of a trace at every point.
+
+    Consecutive posterior draws share most tree structures (only the leaf
+    values change at every draw), so the leaf of each point in each tree is
+    carried from one draw to the next and only updated where the tree
+    changed: one comparison per point for a single grow or prune, a fresh
+    traversal otherwise.
 
     Parameters
     ----------
@@ -195,45 +307,26 @@ def evaluate_trace(
         over draws, ``(n,)``, without materialising the draws.
     max_memory
         Approximate bound in bytes on the memory used at once by the batched
-        inputs, outputs and temporaries of the traversal (not counting `X`
-        and the trace themselves, nor the full output). Points are processed
-        in batches that respect it, through `bartz.jaxext.autobatch`; draws
-        are processed one at a time.
-    transform
-        Optional elementwise function applied to each draw's sum of trees
-        before it is returned or averaged (e.g. the probit link).
+        inputs, outputs and temporaries (not counting `X` and the trace
+        themselves, nor the full output). Points are processed in batches
+        that respect it, through `bartz.jaxext.autobatch`.
+    link
+        Applied to each draw's sum of trees ``f`` before it is returned or
+        averaged: None (identity), ``'affine'`` (``offset + scale * f``, with
+        ``link_params = (offset, scale)``), or ``'probit'`` (``Phi(offset +
+        f)``, with ``link_params = (offset,)``).
+    link_params
+        Parameters of the link, as arrays or floats.
 
     Returns
     -------
-    The sum of trees, ``(ndraws, n)`` or ``(n,)``, float32.
+    ``(ndraws, n)`` or ``(n,)`` float32.
     """
-    from bartz.jaxext import autobatch  # noqa: PLC0415
-
-    p, n = X.shape
-    ndraws, num_trees, _ = trace.leaf_tree.shape
-    out_per_point = 4 * ndraws if kind == 'draws' else 4
-    io_per_point = p * X.dtype.itemsize + out_per_point
-    temp_per_point = _TEMP_BYTES_PER_POINT_TREE * num_trees
-    points_per_batch = max(1, max_memory // (io_per_point + temp_per_point))
-    max_io_nbytes = max(points_per_batch * io_per_point, 1)
-
-    def per_batch(X, trace):
-        def one_draw(trees):
-            f = evaluate_forest(X, trees)
-            return f if transform is None else transform(f)
-
-        if kind == 'draws':
-            return lax.map(one_draw, trace)
-        if kind == 'mean':
-
-            def body(i, acc):
-                return acc + one_draw(jax.tree.map(lambda a: a[i], trace))
-
-            total = lax.fori_loop(0, ndraws, body, jnp.zeros(X.shape[1], jnp.float32))
-            return total / ndraws
+    if kind not in ('draws', 'mean'):
         msg = f"kind must be 'draws' or 'mean', got {kind!r}"
         raise ValueError(msg)
-
-    out_axes = 1 if kind == 'draws' else 0
-    batched = autobatch(per_batch, max_io_nbytes, in_axes=(1, None), out_axes=out_axes, warn_on_overflow=False)
-    return batched(X, trace)
+    if link not in _LINKS:
+        msg = f'link must be one of {_LINKS}, got {link!r}'
+        raise ValueError(msg)
+    link_params = tuple(jnp.asarray(v, jnp.float32) for v in link_params)
+    return _evaluate_trace_jit(X, trace, link_params, kind=kind, link=link, max_memory=int(max_memory))
