@@ -36,9 +36,9 @@ import pandas as pd
 from jax import numpy as jnp
 from scipy import stats
 
-from bartz import grove, mcmcloop, mcmcstep, prepcovars
+from bartz import grove, mcmcloop, mcmcstep, prepcovars, sharding
 
-__all__ = ['gbart', 'BARTFit']
+__all__ = ['BARTFit', 'gbart', 'mc_gbart']
 
 _TYPES = ('wbart', 'pbart')
 
@@ -276,13 +276,66 @@ class BARTFit:
         return jnp.asarray(prepcovars.bin_predictors_np(arr, self._splits.splits))
 
     def _predict_binned(self, X, kind, max_memory):
-        trees = grove.TreeHeaps(self._trace.var_tree, self._trace.split_tree, self._trace.leaf_tree)
-        if self.type == 'pbart':
-            link, params = 'probit', (self.offset,)
+        return self._evaluate(X, kind, max_memory, link='probit' if self.type == 'pbart' else 'affine')
+
+    def _evaluate(self, X, kind, max_memory, link):
+        params = {'probit': (self.offset,), 'affine': (self.offset, self._scale), None: ()}[link]
+        kwargs = {'kind': kind, 'max_memory': max_memory, 'link': link, 'link_params': params}
+        if self._mesh is not None and self._mesh.devices.size > 1:
+            f = sharding.evaluate_trace_sharded(X, self._trace, self._mesh, **kwargs)
         else:
-            link, params = 'affine', (self.offset, self._scale)
-        f = grove.evaluate_trace(X, trees, kind=kind, max_memory=max_memory, link=link, link_params=params)
+            f = grove.evaluate_trace(X, self._trace, **kwargs)
         return np.asarray(f)
+
+    def by_chain(self, name):
+        """Draws of attribute `name` (e.g. ``'yhat_train'``, ``'sigma_'``)
+        shaped ``(chains, draws per chain, ...)``."""
+        value = getattr(self, name)
+        if value is None:
+            msg = f'{name} is not available in this fit'
+            raise ValueError(msg)
+        value = np.asarray(value)
+        if value.shape[0] != self.ndpost:
+            msg = f'{name} does not have one row per draw'
+            raise ValueError(msg)
+        return value.reshape(self.chains, self.ndpost // self.chains, *value.shape[1:])
+
+    def diagnostics(self):
+        """Convergence summary of the error sd and of the predictions.
+
+        Returns a DataFrame: for ``sigma`` (continuous), its R-hat and
+        bulk/tail ESS (`bartz.diagnostics`), and Geweke's z of the first
+        chain; for ``yhat_train`` (the draws at the training points), the
+        worst (max) and median R-hat and the worst (min) and median ESS over
+        points. R-hat needs draws; with one chain it compares its halves.
+        """
+        from bartz import diagnostics  # noqa: PLC0415
+
+        rows = {}
+        if self.type != 'pbart':
+            s = self.by_chain('sigma_')
+            rows['sigma'] = {
+                'rhat': float(diagnostics.rhat(s)),
+                'ess_bulk': float(diagnostics.ess_bulk(s)),
+                'ess_tail': float(diagnostics.ess_tail(s)),
+                'geweke_z': float(diagnostics.geweke(s[0])),
+            }
+        if self.yhat_train is not None:
+            yh = self.by_chain('yhat_train')
+            r = diagnostics.rhat(yh)
+            eb = diagnostics.ess_bulk(yh)
+            et = diagnostics.ess_tail(yh)
+            rows['yhat_train (worst point)'] = {
+                'rhat': float(np.nanmax(r)),
+                'ess_bulk': float(np.nanmin(eb)),
+                'ess_tail': float(np.nanmin(et)),
+            }
+            rows['yhat_train (median point)'] = {
+                'rhat': float(np.nanmedian(r)),
+                'ess_bulk': float(np.nanmedian(eb)),
+                'ess_tail': float(np.nanmedian(et)),
+            }
+        return pd.DataFrame(rows).T
 
 
 # ---------------------------------------------------------------- gbart
@@ -326,6 +379,9 @@ def gbart(
     min_points_per_leaf=5,
     save_yhat_train=True,
     max_memory=grove.DEFAULT_MAX_MEMORY,
+    devices=None,
+    num_chain_devices=None,
+    num_data_devices=None,
 ) -> BARTFit:
     """Fit BART by MCMC, as R's ``BART::gbart``.
 
@@ -385,7 +441,11 @@ def gbart(
     seed
         Integer seed, or a JAX random key.
     mc_cores
-        Number of chains: not implemented yet (must be 1).
+        Number of independent chains (R: parallel processes of
+        ``mc.gbart``). bartz runs them in one compiled program (``vmap``),
+        spread over devices when there are several. ``ndpost`` is the total
+        over chains: each chain keeps ``ceil(ndpost / mc_cores)`` draws, and
+        the draws of ``yhat_train`` etc. come chain after chain as in R.
     maxdepth
         Levels of the tree arrays (bartz only), 2 to 8.
     min_points_per_leaf
@@ -395,6 +455,14 @@ def gbart(
         on huge n to save memory (``yhat_train_mean`` is still computed).
     max_memory
         Bytes of temporary memory for the prediction kernels.
+    devices
+        Devices to run on (default ``jax.devices()``).
+    num_chain_devices, num_data_devices
+        Mesh shape: chains are split over ``num_chain_devices`` devices and
+        data points over ``num_data_devices`` (see `bartz.sharding`); ``n``
+        need not be divisible (the data are padded with points that enter
+        no sum). Default: with several devices, chains over as many devices
+        as divide ``mc_cores``, data not split; with one device, no mesh.
 
     Returns
     -------
@@ -429,9 +497,9 @@ def gbart(
         msg = 'augment=True (DART) is not implemented yet'
         raise NotImplementedError(msg)
     mc_cores = _check_int('mc_cores', mc_cores, 1)
-    if mc_cores != 1:
-        msg = f'mc_cores={mc_cores}: several chains are not implemented yet'
-        raise NotImplementedError(msg)
+    mesh = _check_devices(devices, num_chain_devices, num_data_devices, mc_cores)
+    if devices is not None:
+        devices = list(devices)
     ndpost = _check_int('ndpost', ndpost, 1)
     nskip = _check_int('nskip', nskip, 0)
     keepevery = _check_int('keepevery', keepevery if keepevery is not None else (10 if is_binary else 1), 1)
@@ -544,6 +612,20 @@ def gbart(
         sigma2_init = (sigest / scale) ** 2
     tau = tau_num / (k * math.sqrt(ntree)) / scale
 
+    # ---- devices: chains and/or data points over a mesh
+    if mesh is None:
+        mesh = sharding.auto_mesh(mc_cores, devices) if devices is None or len(devices) > 1 else None
+    num_data_devices = mesh.shape['data'] if mesh is not None else 1
+    if mesh is not None and mc_cores % mesh.shape['chains']:
+        msg = f"mc_cores={mc_cores} must be a multiple of the number of chain devices ({mesh.shape['chains']})"
+        raise ValueError(msg)
+    npad = sharding.padded_length(n, num_data_devices)
+    valid = np.arange(npad) < n
+    X = np.pad(X, ((0, 0), (0, npad - n)))
+    y_core = np.pad(y_core, (0, npad - n))
+    prec_weights = None if w is None else np.pad((1.0 / w**2).astype(np.float32), (0, npad - n))
+
+    draws_per_chain = -(-ndpost // mc_cores)
     state = mcmcstep.init(
         X=jnp.asarray(X),
         max_split=splits.max_split,
@@ -556,20 +638,31 @@ def gbart(
         sigma2_init=sigma2_init,
         base=base,
         power=power,
-        prec_weights=None if w is None else (1.0 / w**2).astype(np.float32),
+        prec_weights=prec_weights,
         min_points_per_leaf=min_points_per_leaf,
         probit_threshold=-offset if is_binary else None,
+        valid=valid,
     )
+    state = mcmcstep.init_chains(state, mc_cores)
     _, trace, info = mcmcloop.run_mcmc(
         key,
         state,
         n_burn=nskip,
-        n_save=ndpost,
+        n_save=draws_per_chain,
         n_skip=keepevery,
         printevery=printevery,
         save_train=True,
         sigma_scale=scale,
+        num_chains=mc_cores,
+        mesh=mesh,
     )
+    del state
+    # (draws, chains, ...) -> chain after chain, as R's mc.gbart
+    trace = jax.tree.map(lambda a: np.asarray(a), trace)
+    per_chain = int(trace.leaf_tree.shape[0])
+    trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1).reshape(-1, *a.shape[2:]), trace)
+    if trace.fit_train is not None:
+        trace = trace._replace(fit_train=trace.fit_train[:, :n])
     ndraws = int(trace.leaf_tree.shape[0])
 
     # ---- package
@@ -577,6 +670,7 @@ def gbart(
         type=type,
         ndpost=ndraws,
         ntree=ntree,
+        chains=mc_cores,
         offset=float(offset),
         sigest=sigest_value,
         _scale=scale,
@@ -585,7 +679,10 @@ def gbart(
         _columns=columns,
         _kept=kept,
         _splits=splits,
-        _trace=trace,
+        _trace=grove.TreeHeaps(
+            jnp.asarray(trace.var_tree), jnp.asarray(trace.split_tree), jnp.asarray(trace.leaf_tree)
+        ),
+        _mesh=mesh,
         run_info=info,
         accept_rate={
             'grow': info.grow_accepted / max(info.grow_proposed, 1),
@@ -602,7 +699,7 @@ def gbart(
         xinfo=splits.splits,
         elapsed=info.elapsed,
     )
-    fit_train = np.asarray(trace.fit_train)
+    fit_train = trace.fit_train
     if is_binary:
         yhat_train = offset + fit_train
         prob = stats.norm.cdf(yhat_train)
@@ -615,8 +712,7 @@ def gbart(
     del fit_train, yhat_train
     if xt is not None:
         Xt = jnp.asarray(prepcovars.bin_predictors_np(xt[:, kept], splits.splits))
-        trees = grove.TreeHeaps(trace.var_tree, trace.split_tree, trace.leaf_tree)
-        ft = np.asarray(grove.evaluate_trace(Xt, trees, kind='draws', max_memory=max_memory))
+        ft = fit._evaluate(Xt, 'draws', max_memory, link=None)
         if is_binary:
             fit.yhat_test = offset + ft
             fit.prob_test = stats.norm.cdf(fit.yhat_test)
@@ -629,13 +725,16 @@ def gbart(
         if is_binary:
             fit.prob_test = fit.prob_test_mean = None
     if not is_binary:
-        sigma_kept = scale * np.sqrt(np.asarray(trace.sigma2, np.float64))
-        sigma_burn = scale * np.sqrt(np.asarray(info.burn_sigma2, np.float64))
-        fit.sigma = np.concatenate([sigma_burn, sigma_kept])
+        sigma_kept = scale * np.sqrt(np.asarray(trace.sigma2, np.float64))  # chain after chain
+        sigma_burn = scale * np.sqrt(np.asarray(info.burn_sigma2, np.float64))  # (nskip, chains)
+        if mc_cores == 1:
+            fit.sigma = np.concatenate([sigma_burn[:, 0], sigma_kept])
+        else:
+            fit.sigma = np.concatenate([sigma_burn, sigma_kept.reshape(mc_cores, per_chain).T])
         fit.sigma_ = sigma_kept
         fit.sigma_mean = float(sigma_kept.mean())
     varcount = np.zeros((ndraws, p), np.int64)
-    varcount[:, kept] = np.asarray(trace.varcount)
+    varcount[:, kept] = trace.varcount
     varprob = np.zeros((ndraws, p))
     varprob[:, kept] = 1.0 / max(kept.sum(), 1)
     if columns is not None:
@@ -650,6 +749,39 @@ def gbart(
         fit.varprob_mean = varprob.mean(axis=0)
     fit.rm_const = np.flatnonzero(kept)
     return fit
+
+
+def mc_gbart(x_train, y_train, x_test=None, *, mc_cores=2, **kwargs) -> BARTFit:
+    """`gbart` with several chains, as R's ``BART::mc.gbart`` (default 2 chains).
+
+    Takes the same arguments as `gbart`; ``ndpost`` is the total over chains.
+    """
+    return gbart(x_train, y_train, x_test, mc_cores=mc_cores, **kwargs)
+
+
+def _check_devices(devices, num_chain_devices, num_data_devices, mc_cores):
+    """Validate the device arguments; return an explicit mesh or None (automatic)."""
+    if devices is not None:
+        try:
+            devices = list(devices)
+        except TypeError:
+            msg = f'devices must be a sequence of JAX devices, got {devices!r}'
+            raise TypeError(msg) from None
+        if not devices or not all(isinstance(d, jax.Device) for d in devices):
+            msg = f'devices must be a non-empty sequence of JAX devices, got {devices!r}'
+            raise TypeError(msg)
+    if num_chain_devices is None and num_data_devices is None:
+        return None
+    cd = _check_int('num_chain_devices', 1 if num_chain_devices is None else num_chain_devices, 1)
+    dd = _check_int('num_data_devices', 1 if num_data_devices is None else num_data_devices, 1)
+    if mc_cores % cd:
+        msg = f'mc_cores ({mc_cores}) must be a multiple of num_chain_devices ({cd})'
+        raise ValueError(msg)
+    available = len(devices) if devices is not None else jax.device_count()
+    if cd * dd > available:
+        msg = f'num_chain_devices * num_data_devices = {cd * dd} devices requested, {available} available'
+        raise ValueError(msg)
+    return sharding.make_mesh(cd, dd, devices)
 
 
 def _make_key(seed):

@@ -7,8 +7,8 @@ Gibbs sweep), `bartz.mcmcloop` (the chain), `bartz.grove` (tree arrays),
 `bartz.diagnostics` (R-hat, ESS, Geweke).
 """
 
-from bartz import diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars
-from bartz.BART import BARTFit, gbart
+from bartz import diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars, sharding
+from bartz.BART import BARTFit, gbart, mc_gbart
 
 __version__ = '0.1.0'
 
@@ -18,7 +18,9 @@ __all__ = [
     'gbart',
     'grove',
     'jaxext',
+    'mc_gbart',
     'mcmcloop',
     'mcmcstep',
     'prepcovars',
+    'sharding',
 ]

@@ -20,7 +20,7 @@ from jax import numpy as jnp
 
 from bartz import grove, mcmcstep
 
-__all__ = ['Trace', 'run_mcmc', 'RunInfo']
+__all__ = ['Trace', 'RunInfo', 'run_mcmc', 'state_specs']
 
 
 class Trace(NamedTuple):
@@ -55,7 +55,7 @@ def _zero_info() -> mcmcstep.StepInfo:
     return mcmcstep.StepInfo(*(jnp.int32(0) for _ in mcmcstep.StepInfo._fields))
 
 
-def _extract(state: mcmcstep.State, save_train: bool) -> Trace:
+def _extract(state: mcmcstep.State, save_train: bool, multichain: bool) -> Trace:
     forest = state.forest
     p = state.X.shape[0]
     if save_train:
@@ -63,25 +63,105 @@ def _extract(state: mcmcstep.State, save_train: bool) -> Trace:
         fit_train = target - state.resid
     else:
         fit_train = None
+    count = functools.partial(grove.var_count_scatter, num_vars=p)
+    if multichain:
+        count = jax.vmap(count)
     return Trace(
         var_tree=forest.var_tree,
         split_tree=forest.split_tree,
         leaf_tree=forest.leaf_tree,
         sigma2=None if state.z is not None else state.sigma2,
-        varcount=grove.var_count_scatter(forest.var_tree, forest.split_tree, p),
+        varcount=count(forest.var_tree, forest.split_tree),
         fit_train=fit_train,
     )
 
 
+def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: str = 'data') -> mcmcstep.State:
+    """`PartitionSpec`s of a multi-chain state on a ('chains', 'data') mesh.
+
+    Chains are split over `chain_axis`; data points (the last axis of ``X``,
+    ``y``, residuals, latents, weights and leaf indices) over `data_axis`;
+    trees, hyperparameters and everything else of size independent of ``n``
+    are replicated within a chain.
+    """
+    P = jax.sharding.PartitionSpec
+    C, D = chain_axis, data_axis
+
+    def opt(x, spec):
+        return None if x is None else spec
+
+    forest = state.forest
+    return mcmcstep.State(
+        X=P(None, D),
+        max_split=P(),
+        y=P(D),
+        z=opt(state.z, P(C, D)),
+        prec_weights=opt(state.prec_weights, P(D)),
+        resid=P(C, D),
+        sigma2=P(C),
+        forest=mcmcstep.Forest(
+            var_tree=P(C),
+            split_tree=P(C),
+            leaf_tree=P(C),
+            leaf_indices=P(C, None, D),
+            leaf_count=P(C),
+            leaf_prec=opt(forest.leaf_prec, P(C)),
+        ),
+        leaf_prior_var=P(),
+        sigma2_alpha=opt(state.sigma2_alpha, P()),
+        sigma2_beta=opt(state.sigma2_beta, P()),
+        p_nonterminal=P(),
+        min_points_per_leaf=P(),
+        log_s=P(C),
+        probit_threshold=opt(state.probit_threshold, P()),
+    )
+
+
+def _make_step(num_chains: int | None, mesh):
+    """The step function for one chain, several (vmap), or a device mesh."""
+    if num_chains is None:
+        return mcmcstep.step
+
+    def chains_step(keys, state, data_axis=None):
+        axes = mcmcstep.chain_axes(state)
+        step = functools.partial(mcmcstep.step, data_axis=data_axis)
+        return jax.vmap(step, in_axes=(0, axes), out_axes=(axes, 0))(keys, state)
+
+    if mesh is None:
+        return lambda key, state: chains_step(random.split(key, num_chains), state)
+
+    P = jax.sharding.PartitionSpec
+    data_axis = 'data' if mesh.shape['data'] > 1 else None
+
+    def sharded_step(key, state):
+        keys = random.split(key, num_chains)
+        specs = state_specs(state)
+        info_specs = mcmcstep.StepInfo(*(P('chains') for _ in mcmcstep.StepInfo._fields))
+        f = jax.shard_map(
+            functools.partial(chains_step, data_axis=data_axis),
+            mesh=mesh,
+            in_specs=(P('chains'), specs),
+            out_specs=(specs, info_specs),
+            check_vma=False,
+        )
+        return f(keys, state)
+
+    return sharded_step
+
+
 @functools.cache
-def _chunk_runner(chunk_burn: int, chunk_draws: int, save_train: bool):
+def _chunk_runner(chunk_burn: int, chunk_draws: int, save_train: bool, num_chains: int | None = None, mesh=None):
     """Jitted function running up to `chunk_burn` burn-in iterations, then up
     to `chunk_draws` thinned draws; the counts are dynamic."""
+    step = _make_step(num_chains, mesh)
+    multichain = num_chains is not None
 
     def run(key, state, start, n_burn, n_draws, keepevery):
         def one_step(i, carry):
             state, info = carry
-            state, step_info = mcmcstep.step(random.fold_in(key, i), state)
+            state, step_info = step(random.fold_in(key, i), state)
+            if multichain:
+                step_info = jax.tree.map(lambda x: jnp.sum(x, axis=0), step_info)
             return state, _sum_info(info, step_info)
 
         def burn_body(i, carry):
@@ -90,10 +170,10 @@ def _chunk_runner(chunk_burn: int, chunk_draws: int, save_train: bool):
             sigma2s = sigma2s.at[i].set(state.sigma2)
             return state, info, sigma2s
 
-        sigma2s = jnp.zeros(chunk_burn, jnp.float32)
+        sigma2s = jnp.zeros((chunk_burn, *state.sigma2.shape), jnp.float32)
         state, info, sigma2s = lax.fori_loop(0, n_burn, burn_body, (state, _zero_info(), sigma2s))
 
-        trace = jax.eval_shape(lambda s: _extract(s, save_train), state)
+        trace = jax.eval_shape(lambda s: _extract(s, save_train, multichain), state)
         buffer = jax.tree.map(lambda s: jnp.zeros((chunk_draws, *s.shape), s.dtype), trace)
         first = start + n_burn
 
@@ -101,7 +181,7 @@ def _chunk_runner(chunk_burn: int, chunk_draws: int, save_train: bool):
             state, info, buffer = carry
             begin = first + d * keepevery
             state, info = lax.fori_loop(begin, begin + keepevery, one_step, (state, info))
-            saved = _extract(state, save_train)
+            saved = _extract(state, save_train, multichain)
             buffer = jax.tree.map(lambda b, x: b.at[d].set(x), buffer, saved)
             return state, info, buffer
 
@@ -123,6 +203,8 @@ def run_mcmc(
     callback: Callable[[dict], None] | None = None,
     chunk_size: int | None = None,
     sigma_scale: float = 1.0,
+    num_chains: int | None = None,
+    mesh=None,
 ) -> tuple[mcmcstep.State, Trace, RunInfo]:
     """Run the BART Markov chain: burn-in, then thinned draws.
 
@@ -150,6 +232,18 @@ def run_mcmc(
     sigma_scale
         Multiplier of the error sd shown in the progress line (the front
         end works in standardised units).
+    num_chains
+        None for one chain (`state` from `bartz.mcmcstep.init`); else the
+        number of chains, run together with `jax.vmap`, with `state` from
+        `bartz.mcmcstep.init_chains`. Chain ``c`` at iteration ``i`` uses
+        ``split(fold_in(key, i), num_chains)[c]``. Traces then have a chain
+        axis after the draws axis.
+    mesh
+        Optional `jax.sharding.Mesh` with axes ``('chains', 'data')`` (needs
+        `num_chains`, a multiple of the 'chains' size): chains are split over
+        the first axis and data points over the second (``n`` must be a
+        multiple of its size; pad with `bartz.mcmcstep.init`'s ``valid``).
+        The state is placed on the mesh by `state_specs`.
 
     Returns
     -------
@@ -171,7 +265,18 @@ def run_mcmc(
     chunk_size = max(1, int(chunk_size))
     chunk_burn = min(chunk_size, max(n_burn, 1))
     chunk_draws = max(1, min(n_save, max(1, chunk_size // n_skip)))
-    runner = _chunk_runner(chunk_burn, chunk_draws, save_train)
+    if mesh is not None:
+        if num_chains is None:
+            msg = 'a mesh needs num_chains'
+            raise ValueError(msg)
+        specs = state_specs(state)
+        state = jax.tree.map(
+            lambda s, x: jax.device_put(x, jax.sharding.NamedSharding(mesh, s)),
+            specs,
+            state,
+            is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec),
+        )
+    runner = _chunk_runner(chunk_burn, chunk_draws, save_train, num_chains, mesh)
     total = n_burn + n_save * n_skip
     progress = _Progress(total, printevery)
 
@@ -212,7 +317,7 @@ def run_mcmc(
                 'grow_acc': totals[1] / max(totals[0], 1),
                 'prune_acc': totals[3] / max(totals[2], 1),
                 'mean_leaves': float(jnp.mean(grove.forest_num_leaves(state.forest.split_tree))),
-                'sigma': None if is_binary else float(jnp.sqrt(state.sigma2)) * sigma_scale,
+                'sigma': None if is_binary else float(jnp.mean(jnp.sqrt(state.sigma2))) * sigma_scale,
                 'elapsed': time.perf_counter() - start_time,
             }
             progress.update(figures)

@@ -53,7 +53,7 @@ from jax.scipy.special import ndtr, ndtri
 
 from bartz import grove
 
-__all__ = ['Forest', 'State', 'StepInfo', 'init', 'step', 'sweep_count_info']
+__all__ = ['Forest', 'State', 'StepInfo', 'chain_axes', 'init', 'init_chains', 'step', 'sweep_count_info']
 
 
 class Forest(NamedTuple):
@@ -121,6 +121,7 @@ def init(
     min_points_per_leaf: int = 0,
     log_s: jax.Array | None = None,
     probit_threshold: float | None = None,
+    valid: jax.Array | None = None,
 ) -> State:
     """Make the initial state: every tree a single leaf with value 0.
 
@@ -160,6 +161,10 @@ def init(
     probit_threshold
         For binary ``y``: the latent is above this iff ``y`` is 1 (minus the
         offset, since the latent is centred by it).
+    valid
+        Optional ``(n,)`` bool mask of real points. Other points (padding, so
+        that ``n`` divides among devices) get leaf index 0, an unused heap
+        slot, and so never enter any sum; their ``y`` must be 0.
     """
     X = jnp.asarray(X)
     p, n = X.shape
@@ -180,9 +185,12 @@ def init(
         resid = jnp.array(y, copy=True)
         sigma2 = jnp.float32(sigma2_init)
     split_dtype = X.dtype
-    leaf_count = jnp.zeros((num_trees, heap_size), jnp.int32).at[:, 1].set(n)
+    valid = jnp.ones(n, bool) if valid is None else jnp.asarray(valid, bool)
+    num_valid = jnp.sum(valid, dtype=jnp.int32)
+    leaf_count = jnp.zeros((num_trees, heap_size), jnp.int32).at[:, 1].set(num_valid)
+    resid = jnp.where(valid, resid, 0.0)
     if prec_weights is not None:
-        prec_weights = jnp.asarray(prec_weights, jnp.float32)
+        prec_weights = jnp.where(valid, jnp.asarray(prec_weights, jnp.float32), 0.0)
         leaf_prec = jnp.zeros((num_trees, heap_size), jnp.float32).at[:, 1].set(jnp.sum(prec_weights))
     else:
         leaf_prec = None
@@ -190,7 +198,7 @@ def init(
         var_tree=jnp.zeros((num_trees, half), _uint_for(max(p - 1, 1))),
         split_tree=jnp.zeros((num_trees, half), split_dtype),
         leaf_tree=jnp.zeros((num_trees, heap_size), jnp.float32),
-        leaf_indices=jnp.ones((num_trees, n), jnp.uint8),
+        leaf_indices=jnp.broadcast_to(valid.astype(jnp.uint8), (num_trees, n)),
         leaf_count=leaf_count,
         leaf_prec=leaf_prec,
     )
@@ -373,6 +381,10 @@ def propose_moves(key, state: State) -> Moves:
     )
 
 
+def _psum(x, axis_name):
+    return x if axis_name is None else lax.psum(x, axis_name)
+
+
 def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
     """Log marginal likelihood of a leaf, up to terms that cancel in ratios."""
     post_prec = prec_sum * inv_sigma2 + inv_tau2
@@ -380,7 +392,7 @@ def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
     return 0.5 * jnp.log(inv_tau2 / post_prec) + 0.5 * scaled_sum**2 / post_prec
 
 
-def _sweep_trees(key, state: State, moves: Moves):
+def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     """Accept/reject the moves and redraw the leaves, one tree after the other."""
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
@@ -411,14 +423,18 @@ def _sweep_trees(key, state: State, moves: Moves):
         proposed = jnp.where(move.grow & (idx == node), child + (x >= move.split), idx)
         weighted_resid = tree_resid * prec_weights if weighted else tree_resid
         sums = jnp.zeros(heap_size, jnp.float32).at[proposed].add(weighted_resid)
+        grow_left = jnp.sum(proposed == child, dtype=jnp.int32)
+        if weighted:
+            grow_prec_left = jnp.sum(jnp.where(proposed == child, prec_weights, 0.0))
+            sums, grow_left, grow_prec_left = _psum((sums, grow_left, grow_prec_left), data_axis)
+        else:
+            sums, grow_left = _psum((sums, grow_left), data_axis)
         sum_left, sum_right = sums[child], sums[child + 1]
 
         # points (and precision) in the children: known for a prune, counted for a grow
-        grow_left = jnp.sum(proposed == child, dtype=jnp.int32)
         count_left = jnp.where(move.grow, grow_left, count[child])
         count_right = jnp.where(move.grow, count[node] - grow_left, count[child + 1])
         if weighted:
-            grow_prec_left = jnp.sum(jnp.where(proposed == child, prec_weights, 0.0))
             prec_left = jnp.where(move.grow, grow_prec_left, prec[child])
             prec_right = jnp.where(move.grow, prec[node] - grow_prec_left, prec[child + 1])
         else:
@@ -501,32 +517,42 @@ def _sweep_trees(key, state: State, moves: Moves):
     return state._replace(forest=forest, resid=resid), info
 
 
-def _draw_sigma2(key, state: State) -> State:
+def _draw_sigma2(key, state: State, data_axis=None) -> State:
     """Conjugate inverse gamma draw of the error variance."""
     resid = state.resid
     sq = resid * resid if state.prec_weights is None else resid * resid * state.prec_weights
-    n = resid.shape[0]
-    alpha = state.sigma2_alpha + n / 2
-    beta = state.sigma2_beta + jnp.sum(sq) / 2
+    n = jnp.sum(state.forest.leaf_count[0])  # real points: padding has no leaf
+    alpha = state.sigma2_alpha + n.astype(jnp.float32) / 2
+    beta = state.sigma2_beta + _psum(jnp.sum(sq), data_axis) / 2
     sigma2 = beta / random.gamma(key, alpha)
     return state._replace(sigma2=sigma2.astype(jnp.float32))
 
 
-def _draw_latent(key, state: State) -> State:
+def _draw_latent(key, state: State, data_axis=None) -> State:
     """Albert & Chib: latent ~ N(f, 1) truncated to the side given by y."""
     mean = state.z - state.resid
+    n = mean.shape[0]
+    if data_axis is None:
+        u = random.uniform(key, (n,), minval=1e-38, maxval=1.0)
+    else:
+        # the same numbers as without sharding: draw for all points, keep ours
+        shards = lax.psum(1, data_axis)
+        u = random.uniform(key, (n * shards,), minval=1e-38, maxval=1.0)
+        u = lax.dynamic_slice_in_dim(u, lax.axis_index(data_axis) * n, n)
     # standardised truncation point, mirrored so we always sample a lower tail
     a = jnp.where(state.y, state.probit_threshold - mean, mean - state.probit_threshold)
-    a = jnp.clip(a, -10.0, 10.0)
-    u = random.uniform(key, mean.shape, minval=1e-38, maxval=1.0)
-    # eps ~ N(0, 1) | eps > a  <=>  -eps = ndtri(u * ndtr(-a))
-    eps = -ndtri(u * ndtr(-a))
-    eps = jnp.maximum(eps, a)
+    a = jnp.clip(a, -10.0, 30.0)
+    # eps ~ N(0, 1) | eps > a  <=>  -eps = ndtri(u * ndtr(-a)); far in the
+    # tail (a > 5, probability < 3e-7 of y given f) float32 underflows, and
+    # eps - a is exponential with rate a to within a relative O(1/a^2)
+    inverse_cdf = -ndtri(jnp.maximum(u * ndtr(-jnp.minimum(a, 5.0)), 1e-37))
+    tail = a - jnp.log(u) / jnp.maximum(a, 1.0)
+    eps = jnp.where(a > 5.0, tail, jnp.maximum(inverse_cdf, a))
     z = jnp.where(state.y, mean + eps, mean - eps)
     return state._replace(z=z, resid=z - mean)
 
 
-def step(key: jax.Array, state: State) -> tuple[State, StepInfo]:
+def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple[State, StepInfo]:
     """One full Gibbs sweep: all trees, then the error variance or latents.
 
     Parameters
@@ -535,6 +561,10 @@ def step(key: jax.Array, state: State) -> tuple[State, StepInfo]:
         A JAX random key, used once.
     state
         The current state.
+    data_axis
+        Name of the mesh axis the data points are split over, when called
+        inside `jax.shard_map`: every sum over the data is then a ``psum``
+        over it, and the trees stay replicated. None without sharding.
 
     Returns
     -------
@@ -542,12 +572,31 @@ def step(key: jax.Array, state: State) -> tuple[State, StepInfo]:
     """
     key_moves, key_sweep, key_last = random.split(key, 3)
     moves = propose_moves(key_moves, state)
-    state, info = _sweep_trees(key_sweep, state, moves)
+    state, info = _sweep_trees(key_sweep, state, moves, data_axis)
     if state.z is not None:
-        state = _draw_latent(key_last, state)
+        state = _draw_latent(key_last, state, data_axis)
     else:
-        state = _draw_sigma2(key_last, state)
+        state = _draw_sigma2(key_last, state, data_axis)
     return state, info
+
+
+def chain_axes(state: State) -> State:
+    """`vmap` axes of a multi-chain state: 0 for per-chain fields, None for
+    the data and hyperparameters, which the chains share."""
+    per_chain = {'z', 'resid', 'sigma2', 'forest', 'log_s'}
+    return State(*(0 if name in per_chain else None for name in State._fields))
+
+
+def init_chains(state: State, num_chains: int) -> State:
+    """Replicate the per-chain fields of a single-chain state."""
+    axes = chain_axes(state)
+    fields = []
+    for name, value, axis in zip(State._fields, state, axes, strict=True):
+        if axis == 0:
+            value = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_chains, *x.shape)).copy(), value)
+        fields.append(value)
+        del name
+    return State(*fields)
 
 
 def sweep_count_info(info: StepInfo) -> dict:

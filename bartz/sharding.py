@@ -1,0 +1,90 @@
+"""Device meshes: chains and data points spread over devices.
+
+bartz uses a two-axis `jax.sharding.Mesh` with axes ``('chains', 'data')``.
+Chains are independent, so splitting them over the 'chains' axis needs no
+communication. Splitting the data points over the 'data' axis leaves the
+trees replicated on every device of a chain; every sum over the data (leaf
+residual sums, grow counts, the error sum of squares) becomes a ``psum``.
+Per device, the memory of the data-sized arrays (binned predictors, leaf
+indices, residuals) drops in proportion to the number of data devices.
+
+The same code runs on several CPU devices (virtual ones with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N``), several GPUs, or,
+after ``jax.distributed.initialize()``, several hosts.
+"""
+
+import math
+
+import jax
+import numpy as np
+from jax import numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from bartz import grove
+
+__all__ = ['auto_mesh', 'make_mesh', 'padded_length', 'evaluate_trace_sharded']
+
+
+def make_mesh(num_chain_devices: int = 1, num_data_devices: int = 1, devices=None) -> Mesh:
+    """A ``('chains', 'data')`` mesh of ``num_chain_devices * num_data_devices`` devices.
+
+    Parameters
+    ----------
+    num_chain_devices, num_data_devices
+        Sizes of the two axes.
+    devices
+        The devices to use, by default the first ones of ``jax.devices()``.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    need = num_chain_devices * num_data_devices
+    if need > len(devices):
+        msg = (
+            f'num_chain_devices * num_data_devices = {num_chain_devices} * {num_data_devices} = {need} '
+            f'devices, but only {len(devices)} are available'
+        )
+        raise ValueError(msg)
+    grid = np.array(devices[:need], dtype=object).reshape(num_chain_devices, num_data_devices)
+    return Mesh(grid, ('chains', 'data'))
+
+
+def auto_mesh(num_chains: int, devices=None) -> Mesh | None:
+    """The default mesh: chains over as many devices as divide them; None on one device."""
+    devices = list(jax.devices() if devices is None else devices)
+    if len(devices) <= 1:
+        return None
+    num_chain_devices = math.gcd(num_chains, len(devices))
+    if num_chain_devices <= 1:
+        return None
+    return make_mesh(num_chain_devices, 1, devices)
+
+
+def padded_length(n: int, num_data_devices: int) -> int:
+    """Smallest multiple of `num_data_devices` that is at least `n`."""
+    return -(-n // num_data_devices) * num_data_devices
+
+
+def evaluate_trace_sharded(X, trace: grove.TreeHeaps, mesh: Mesh, **kwargs):
+    """`bartz.grove.evaluate_trace` with the points split over all devices of `mesh`.
+
+    The trace is replicated; each device evaluates its slice of points with
+    its own autobatch memory budget. ``X`` is padded to a multiple of the
+    number of devices and the padding dropped from the result.
+    """
+    P = PartitionSpec
+    axes = ('chains', 'data')
+    num_devices = mesh.devices.size
+    n = X.shape[1]
+    npad = padded_length(n, num_devices)
+    X = jnp.pad(jnp.asarray(X), ((0, 0), (0, npad - n)))
+    X = jax.device_put(X, NamedSharding(mesh, P(None, axes)))
+    kind = kwargs.get('kind', 'draws')
+    out_spec = P(None, axes) if kind == 'draws' else P(axes)
+    f = jax.shard_map(
+        lambda X, trace: grove.evaluate_trace(X, trace, **kwargs),
+        mesh=mesh,
+        in_specs=(P(None, axes), P()),
+        out_specs=out_spec,
+        check_vma=False,
+    )
+    out = jax.jit(f)(X, trace)
+    return out[..., :n]
