@@ -287,6 +287,28 @@ class BARTFit:
             f = grove.evaluate_trace(X, self._trace, **kwargs)
         return np.asarray(f)
 
+    def variable_importance(self) -> pd.DataFrame:
+        """Posterior variable usage, one row per predictor, most used first.
+
+        Columns: ``inclusion_prob`` (fraction of draws in which the forest
+        splits on the predictor at least once: the posterior inclusion
+        proportion), ``varcount_mean`` (mean number of splits) and
+        ``varprob_mean`` (mean split probability; DART's ``s`` with
+        ``sparse=True``, uniform otherwise). Rows are named by the
+        DataFrame columns of ``x_train``, or ``x0, x1, ...``.
+        """
+        varcount = np.asarray(self.varcount)
+        names = self._columns if self._columns is not None else [f'x{j}' for j in range(self._p)]
+        table = pd.DataFrame(
+            {
+                'inclusion_prob': (varcount > 0).mean(axis=0),
+                'varcount_mean': varcount.mean(axis=0),
+                'varprob_mean': np.asarray(self.varprob).mean(axis=0),
+            },
+            index=pd.Index(names, name='predictor'),
+        )
+        return table.sort_values(['inclusion_prob', 'varcount_mean'], ascending=False)
+
     def by_chain(self, name):
         """Draws of attribute `name` (e.g. ``'yhat_train'``, ``'sigma_'``)
         shaped ``(chains, draws per chain, ...)``."""
@@ -400,9 +422,23 @@ def gbart(
         Optional ``(n_test, p)`` predictors to predict at.
     type
         ``'wbart'`` (continuous, default) or ``'pbart'`` (binary probit).
-    sparse, theta, omega, a, b, augment, rho
-        DART variable selection (Linero 2018): not implemented yet;
-        ``sparse=True`` raises `NotImplementedError`.
+    sparse
+        DART variable selection (Linero 2018): split probabilities ``s ~
+        Dirichlet(theta/p, ..., theta/p)`` drawn from their posterior, switched
+        on after half the burn-in as in R.
+    theta
+        Dirichlet concentration; 0 (default) means random, with
+        ``theta / (theta + rho) ~ Beta(a, b)`` (griddy Gibbs, as R).
+    omega
+        Accepted for compatibility with R's signature; not used.
+    a, b
+        Beta prior parameters of ``theta / (theta + rho)``; smaller ``a``
+        means more sparsity.
+    augment
+        R's data augmentation for DART; not implemented
+        (`NotImplementedError`).
+    rho
+        Default: the number of predictors (after ``rm_const``).
     xinfo
         User cut-points: ``(p, K)`` matrix (NaN-padded) or list of arrays.
     usequants
@@ -490,12 +526,20 @@ def gbart(
         msg = f"type must be 'wbart' or 'pbart', got {type!r}"
         raise ValueError(msg)
     is_binary = type == 'pbart'
-    if sparse:
-        msg = 'sparse=True (DART variable selection) is not implemented yet'
-        raise NotImplementedError(msg)
+    if not isinstance(sparse, bool | np.bool_):
+        msg = f'sparse must be True or False, got {sparse!r}'
+        raise TypeError(msg)
+    if not isinstance(augment, bool | np.bool_):
+        msg = f'augment must be True or False, got {augment!r}'
+        raise TypeError(msg)
     if augment:
-        msg = 'augment=True (DART) is not implemented yet'
+        msg = "augment=True (R's data augmentation for DART) is not implemented in bartz"
         raise NotImplementedError(msg)
+    theta = _check_real('theta', theta, low=0, low_open=False)
+    _check_real('omega', omega)
+    a = _check_real('a', a, low=0)
+    b = _check_real('b', b, low=0)
+    rho = _check_real('rho', rho, low=0, allow_none=True)
     mc_cores = _check_int('mc_cores', mc_cores, 1)
     mesh = _check_devices(devices, num_chain_devices, num_data_devices, mc_cores)
     if devices is not None:
@@ -642,6 +686,7 @@ def gbart(
         min_points_per_leaf=min_points_per_leaf,
         probit_threshold=-offset if is_binary else None,
         valid=valid,
+        dart={'theta': theta, 'a': a, 'b': b, 'rho': rho} if sparse else None,
     )
     state = mcmcstep.init_chains(state, mc_cores)
     _, trace, info = mcmcloop.run_mcmc(
@@ -736,7 +781,10 @@ def gbart(
     varcount = np.zeros((ndraws, p), np.int64)
     varcount[:, kept] = trace.varcount
     varprob = np.zeros((ndraws, p))
-    varprob[:, kept] = 1.0 / max(kept.sum(), 1)
+    if trace.log_s is not None:
+        varprob[:, kept] = np.exp(trace.log_s)
+    else:
+        varprob[:, kept] = 1.0 / max(kept.sum(), 1)
     if columns is not None:
         fit.varcount = pd.DataFrame(varcount, columns=columns)
         fit.varprob = pd.DataFrame(varprob, columns=columns)

@@ -32,6 +32,7 @@ class Trace(NamedTuple):
     sigma2: jax.Array | None  # (ndraws,) float32; None for probit
     varcount: jax.Array  # (ndraws, p) int32: splits on each predictor
     fit_train: jax.Array | None  # (ndraws, n) float32: sum of trees at the training points
+    log_s: jax.Array | None  # (ndraws, p) float32: DART log split probabilities; None without DART
 
 
 class RunInfo(NamedTuple):
@@ -73,6 +74,7 @@ def _extract(state: mcmcstep.State, save_train: bool, multichain: bool) -> Trace
         sigma2=None if state.z is not None else state.sigma2,
         varcount=count(forest.var_tree, forest.split_tree),
         fit_train=fit_train,
+        log_s=None if state.dart is None else state.log_s,
     )
 
 
@@ -114,6 +116,7 @@ def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: st
         min_points_per_leaf=P(),
         log_s=P(C),
         probit_threshold=opt(state.probit_threshold, P()),
+        dart=None if state.dart is None else mcmcstep.Dart(*(P(C) for _ in mcmcstep.Dart._fields)),
     )
 
 
@@ -156,9 +159,12 @@ def _chunk_runner(chunk_burn: int, chunk_draws: int, save_train: bool, num_chain
     step = _make_step(num_chains, mesh)
     multichain = num_chains is not None
 
-    def run(key, state, start, n_burn, n_draws, keepevery):
+    def run(key, state, start, n_burn, n_draws, keepevery, dart_start):
         def one_step(i, carry):
             state, info = carry
+            if state.dart is not None:
+                on = jnp.broadcast_to(i >= dart_start, state.dart.on.shape)
+                state = state._replace(dart=state.dart._replace(on=on))
             state, step_info = step(random.fold_in(key, i), state)
             if multichain:
                 step_info = jax.tree.map(lambda x: jnp.sum(x, axis=0), step_info)
@@ -205,6 +211,7 @@ def run_mcmc(
     sigma_scale: float = 1.0,
     num_chains: int | None = None,
     mesh=None,
+    dart_start: int | None = None,
 ) -> tuple[mcmcstep.State, Trace, RunInfo]:
     """Run the BART Markov chain: burn-in, then thinned draws.
 
@@ -244,6 +251,9 @@ def run_mcmc(
         the first axis and data points over the second (``n`` must be a
         multiple of its size; pad with `bartz.mcmcstep.init`'s ``valid``).
         The state is placed on the mesh by `state_specs`.
+    dart_start
+        Iteration from which DART updates the split probabilities (if the
+        state has DART); default half the burn-in, as R.
 
     Returns
     -------
@@ -295,7 +305,13 @@ def run_mcmc(
             n_draws_now = 0 if n_burn_now else min(chunk_draws, n_save - done_draws)
             t0 = time.perf_counter()
             state, info, sigma2s, buffer = runner(
-                key, state, jnp.int32(done_iters), jnp.int32(n_burn_now), jnp.int32(n_draws_now), jnp.int32(n_skip)
+                key,
+                state,
+                jnp.int32(done_iters),
+                jnp.int32(n_burn_now),
+                jnp.int32(n_draws_now),
+                jnp.int32(n_skip),
+                jnp.int32(n_burn // 2 if dart_start is None else dart_start),
             )
             info = jax.device_get(info)
             if n_burn_now:

@@ -53,7 +53,7 @@ from jax.scipy.special import ndtr, ndtri
 
 from bartz import grove
 
-__all__ = ['Forest', 'State', 'StepInfo', 'chain_axes', 'init', 'init_chains', 'step', 'sweep_count_info']
+__all__ = ['Dart', 'Forest', 'State', 'StepInfo', 'chain_axes', 'init', 'init_chains', 'step', 'sweep_count_info']
 
 
 class Forest(NamedTuple):
@@ -86,6 +86,19 @@ class State(NamedTuple):
     min_points_per_leaf: jax.Array  # () int32
     log_s: jax.Array  # (p,) float32: log split probabilities (uniform: zeros)
     probit_threshold: jax.Array | None  # () float32: latent > threshold iff y = 1 (= -offset)
+    dart: 'Dart | None'  # DART variable selection; None if off
+
+
+class Dart(NamedTuple):
+    """DART (Linero 2018): split probabilities ``s ~ Dirichlet(theta/p, ...)``,
+    ``theta / (theta + rho) ~ Beta(a, b)``."""
+
+    theta: jax.Array  # () float32: concentration of the Dirichlet
+    theta_fixed: jax.Array  # () bool: keep theta fixed (R: theta != 0)
+    a: jax.Array  # () float32
+    b: jax.Array  # () float32
+    rho: jax.Array  # () float32
+    on: jax.Array  # () bool: updates switched on (R: after half the burn-in)
 
 
 class StepInfo(NamedTuple):
@@ -122,6 +135,7 @@ def init(
     log_s: jax.Array | None = None,
     probit_threshold: float | None = None,
     valid: jax.Array | None = None,
+    dart: dict | None = None,
 ) -> State:
     """Make the initial state: every tree a single leaf with value 0.
 
@@ -161,6 +175,12 @@ def init(
     probit_threshold
         For binary ``y``: the latent is above this iff ``y`` is 1 (minus the
         offset, since the latent is centred by it).
+    dart
+        None (no variable selection) or a dict with keys ``theta`` (0 for
+        random, starting at 1, as R), ``a``, ``b``, ``rho`` (default: the
+        number of predictors with a cut-point) and ``on`` (start with the
+        updates switched on; `bartz.mcmcloop.run_mcmc` switches them on
+        after half the burn-in).
     valid
         Optional ``(n,)`` bool mask of real points. Other points (padding, so
         that ``n`` divides among devices) get leaf index 0, an unused heap
@@ -221,6 +241,22 @@ def init(
         min_points_per_leaf=jnp.int32(min_points_per_leaf),
         log_s=jnp.zeros(p, jnp.float32) if log_s is None else jnp.asarray(log_s, jnp.float32),
         probit_threshold=threshold,
+        dart=None if dart is None else _init_dart(dart, max_split),
+    )
+
+
+def _init_dart(options: dict, max_split) -> Dart:
+    theta = float(options.get('theta', 0.0))
+    rho = options.get('rho')
+    if rho is None:
+        rho = float(np.sum(np.asarray(max_split) > 0))
+    return Dart(
+        theta=jnp.float32(theta if theta > 0 else 1.0),
+        theta_fixed=jnp.bool_(theta > 0),
+        a=jnp.float32(options.get('a', 0.5)),
+        b=jnp.float32(options.get('b', 1.0)),
+        rho=jnp.float32(rho),
+        on=jnp.bool_(options.get('on', False)),
     )
 
 
@@ -552,6 +588,39 @@ def _draw_latent(key, state: State, data_axis=None) -> State:
     return state._replace(z=z, resid=z - mean)
 
 
+_THETA_GRID_SIZE = 1000
+
+
+def _draw_dart(key, state: State) -> State:
+    """DART: ``s | counts ~ Dirichlet(theta/p + counts)``, then theta by
+    griddy Gibbs on ``lambda = theta / (theta + rho)`` over the grid
+    ``k / 1001``, k = 1..1000, as R's BART. Predictors with no cut-point
+    keep probability 0."""
+    dart = state.dart
+    key_s, key_theta = random.split(key)
+    usable = state.max_split > 0
+    p = jnp.sum(usable).astype(jnp.float32)
+    counts = grove.var_count_scatter(state.forest.var_tree, state.forest.split_tree, state.max_split.shape[0])
+    alpha = dart.theta / p + counts
+    log_gamma = random.loggamma(key_s, jnp.where(usable, alpha, 1.0))
+    log_gamma = jnp.where(usable, log_gamma, -jnp.inf)
+    log_s = log_gamma - jax.scipy.special.logsumexp(log_gamma)
+
+    lam = jnp.arange(1, _THETA_GRID_SIZE + 1, dtype=jnp.float32) / (_THETA_GRID_SIZE + 1)
+    theta_grid = lam * dart.rho / (1 - lam)
+    sum_log_s = jnp.sum(jnp.where(usable, log_s, 0.0))
+    loglik = jax.scipy.special.gammaln(theta_grid) - p * jax.scipy.special.gammaln(theta_grid / p) + theta_grid / p * sum_log_s
+    logprior = (dart.a - 1) * jnp.log(lam) + (dart.b - 1) * jnp.log1p(-lam)
+    theta = theta_grid[random.categorical(key_theta, loglik + logprior)]
+    theta = jnp.where(dart.theta_fixed, dart.theta, theta)
+
+    on = dart.on
+    return state._replace(
+        log_s=jnp.where(on, log_s, state.log_s),
+        dart=dart._replace(theta=jnp.where(on, theta, dart.theta)),
+    )
+
+
 def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple[State, StepInfo]:
     """One full Gibbs sweep: all trees, then the error variance or latents.
 
@@ -570,9 +639,11 @@ def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple
     -------
     The new state and diagnostics of the sweep.
     """
-    key_moves, key_sweep, key_last = random.split(key, 3)
+    key_moves, key_sweep, key_last, key_dart = random.split(key, 4)
     moves = propose_moves(key_moves, state)
     state, info = _sweep_trees(key_sweep, state, moves, data_axis)
+    if state.dart is not None:
+        state = _draw_dart(key_dart, state)
     if state.z is not None:
         state = _draw_latent(key_last, state, data_axis)
     else:
@@ -583,7 +654,7 @@ def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple
 def chain_axes(state: State) -> State:
     """`vmap` axes of a multi-chain state: 0 for per-chain fields, None for
     the data and hyperparameters, which the chains share."""
-    per_chain = {'z', 'resid', 'sigma2', 'forest', 'log_s'}
+    per_chain = {'z', 'resid', 'sigma2', 'forest', 'log_s', 'dart'}
     return State(*(0 if name in per_chain else None for name in State._fields))
 
 
