@@ -296,24 +296,32 @@ def _ancestor_tables(heap_size: int):
     return anc, valid, right
 
 
-def _node_ranges(var_tree, split_tree, max_split, heap_size):
-    """For each node, the split range of each ancestor's variable.
+def _num_exhausted(var_tree, split_tree, max_split, heap_size):
+    """Number of predictors with no usable split index left at each node.
 
-    Returns arrays of shape ``(H, D-1)``: ``anc_var``, ``lo`` and ``hi`` such
-    that the variable ``anc_var[k, j]`` has usable split indices
-    ``lo + 1 .. hi`` at node ``k`` (none if ``hi <= lo``), and ``first[k, j]``
-    marks the first occurrence of that variable along the path.
+    A predictor is exhausted at a node when the splits on it along the path
+    leave no split index between them; it stays exhausted below. Only the
+    parent's split variable can become exhausted at a child, so the count
+    accumulates along the path: O(H * depth) per tree, independent of p.
     """
     anc, valid, right = _ancestor_tables(heap_size)
-    var = var_tree.astype(jnp.int32)[anc]  # (H, L)
-    cut = split_tree.astype(jnp.int32)[anc]
-    same = (var[:, :, None] == var[:, None, :]) & valid[:, None, :]  # (H, L_j, L_i)
-    lo = jnp.max(jnp.where(same & right[:, None, :], cut[:, None, :], 0), axis=2)
-    hi_init = max_split[var]
-    hi = jnp.min(jnp.where(same & ~right[:, None, :], cut[:, None, :] - 1, hi_init[:, :, None]), axis=2)
-    earlier = np.tril(np.ones((anc.shape[1], anc.shape[1]), bool), -1)  # i < j
-    first = valid & ~jnp.any(same & earlier, axis=2)
-    return var, lo, hi, first, valid, right
+    half = heap_size // 2
+    var = var_tree.astype(jnp.int32)
+    cut = split_tree.astype(jnp.int32)
+    # range of each internal node's own split variable at that node
+    path_var = var[anc[:half]]  # (H/2, L)
+    path_cut = cut[anc[:half]]
+    same = (path_var == var[:, None]) & valid[:half]
+    lo = jnp.max(jnp.where(same & right[:half], path_cut, 0), axis=1)
+    hi = jnp.min(jnp.where(same & ~right[:half], path_cut - 1, max_split[var][:, None]), axis=1)
+    # the variable is newly exhausted at the left child if no index is left
+    # in [lo + 1, cut - 1], at the right child if none in [cut + 1, hi]
+    left_exhausted = cut - 1 <= lo
+    right_exhausted = hi <= cut
+    newly = jnp.stack([left_exhausted, right_exhausted], axis=1).reshape(heap_size)  # node 2k + r
+    newly = newly.at[:2].set(False)  # nodes 0 and 1 have no parent split
+    on_path = jnp.where(valid, newly[anc], False)  # proper ancestors, the root contributes 0
+    return newly.astype(jnp.int32) + jnp.sum(on_path, axis=1, dtype=jnp.int32)
 
 
 def _propose_tree(key, var_tree, split_tree, max_split, log_s, p_nonterminal):
@@ -329,9 +337,7 @@ def _propose_tree(key, var_tree, split_tree, max_split, log_s, p_nonterminal):
     nog = jnp.concatenate([grove.is_nog(split_tree), jnp.zeros(half, bool)])
 
     avail_root = jnp.sum(max_split > 0)
-    anc_var, lo, hi, first, _, _ = _node_ranges(var_tree, split_tree, max_split, heap_size)
-    exhausted = jnp.sum(first & (hi <= lo), axis=1)
-    n_avail = avail_root - exhausted  # (H,) predictors with a usable cut-point
+    n_avail = avail_root - _num_exhausted(var_tree, split_tree, max_split, heap_size)  # (H,)
     p_split = jnp.where(n_avail > 0, p_nonterminal[depth_of], 0.0)
     growable = leaf & (p_split > 0)
     num_growable = jnp.sum(growable)
