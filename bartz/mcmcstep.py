@@ -439,7 +439,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
     key_accept, key_leaves = random.split(key)
-    log_u = jnp.log(random.uniform(key_accept, (num_trees,), minval=1e-38))
+    log_u = jnp.log(random.uniform(key_accept, (num_trees,), minval=jnp.finfo(jnp.float32).tiny))
     noise = random.normal(key_leaves, (num_trees, heap_size))
     inv_sigma2 = 1.0 / state.sigma2
     inv_tau2 = 1.0 / state.leaf_prior_var
@@ -575,11 +575,11 @@ def _draw_latent(key, state: State, data_axis=None) -> State:
     mean = state.z - state.resid
     n = mean.shape[0]
     if data_axis is None:
-        u = random.uniform(key, (n,), minval=1e-38, maxval=1.0)
+        u = random.uniform(key, (n,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
     else:
         # the same numbers as without sharding: draw for all points, keep ours
         shards = lax.psum(1, data_axis)
-        u = random.uniform(key, (n * shards,), minval=1e-38, maxval=1.0)
+        u = random.uniform(key, (n * shards,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
         u = lax.dynamic_slice_in_dim(u, lax.axis_index(data_axis) * n, n)
     # standardised truncation point, mirrored so we always sample a lower tail
     a = jnp.where(state.y, state.probit_threshold - mean, mean - state.probit_threshold)

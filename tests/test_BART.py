@@ -1,0 +1,708 @@
+"""Tests for bartz.BART: the R-style front end `gbart` and its result object.
+
+Compilation dominates the cost of these tests, so almost every fit uses the
+same shapes and settings (`SMALL`, n=100, p=3) and shares one compiled MCMC
+chunk; fits are shared through module-scoped fixtures.
+"""
+
+import collections
+import contextlib
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+from jax import numpy as jnp
+from numpy.testing import assert_allclose, assert_array_equal
+from scipy import stats
+
+from bartz import gbart, mcmcloop, mcmcstep
+
+# ---------------------------------------------------------------- helpers
+
+N, P, N_TEST = 100, 3, 30
+SMALL = {'ntree': 20, 'ndpost': 50, 'nskip': 20, 'printevery': None}
+
+_TRACE_EVENT = '/jax/core/compile/jaxpr_trace_duration'
+_COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
+
+
+@contextlib.contextmanager
+def count_jax_events():
+    """Count JAX tracing and compilation events in the block; the names of
+    the traced functions are in ``events['traced']``."""
+    events = collections.Counter()
+    events['traced'] = []
+
+    def listener(event, duration_secs, **kwargs):
+        events[event] += 1
+        if event == _TRACE_EVENT:
+            events['traced'].append(kwargs.get('fun_name'))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield events
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def f_true(x):
+    return np.sin(6 * x[:, 0]) + 2 * x[:, 1]
+
+
+def make_data(seed, n=N, p=P, n_test=N_TEST):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(size=(n, p))
+    y = f_true(x) + 0.1 * rng.normal(size=n)
+    x_test = rng.uniform(size=(n_test, p))
+    return x, y, x_test
+
+
+def ols_sigest(x, y):
+    design = np.column_stack([np.ones(len(y)), x])
+    coef = np.linalg.lstsq(design, y, rcond=None)[0]
+    resid = y - design @ coef
+    return np.sqrt(resid @ resid / (len(y) - design.shape[1]))
+
+
+def rmse(a, b):
+    return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))
+
+
+@pytest.fixture(scope='module')
+def data():
+    return make_data(0)
+
+
+@pytest.fixture(scope='module')
+def fit(data):
+    x, y, x_test = data
+    return gbart(x, y, x_test=x_test, seed=0, **SMALL)
+
+
+@pytest.fixture(scope='module')
+def binary_data(data):
+    x, _, x_test = data
+    rng = np.random.default_rng(1)
+    prob = stats.norm.cdf(2 * (x[:, 0] - 0.5))
+    y = (rng.uniform(size=N) < prob).astype(float)
+    return x, y, x_test
+
+
+@pytest.fixture(scope='module')
+def pfit(binary_data):
+    x, y, x_test = binary_data
+    return gbart(x, y, x_test=x_test, type='pbart', seed=0, **SMALL)
+
+
+# ---------------------------------------------------------------- validation
+
+_rng = np.random.default_rng(123)
+VX = _rng.uniform(size=(20, 3))
+VY = _rng.normal(size=20)
+VB = np.tile([0.0, 1.0], 10)
+VDF = pd.DataFrame(VX, columns=['a', 'b', 'c'])
+
+
+def _with(arr, index, value):
+    arr = np.array(arr, dtype=np.result_type(arr, type(value)))
+    arr[index] = value
+    return arr
+
+
+class _Reached(Exception):  # noqa: N818
+    """Raised in place of the sampler: the input passed validation."""
+
+
+@pytest.fixture
+def no_sampler(monkeypatch):
+    """Replace the numerical core so that nothing is traced or run."""
+
+    def reached(*args, **kwargs):
+        raise _Reached
+
+    monkeypatch.setattr(mcmcstep, 'init', reached)
+    monkeypatch.setattr(mcmcloop, 'run_mcmc', reached)
+
+
+def _call(**overrides):
+    kw = {'x_train': VX, 'y_train': VY, **SMALL}
+    kw.update(overrides)
+    return gbart(**kw)
+
+
+_BAD_INPUTS = [
+    # shapes
+    ('x_3d', {'x_train': np.zeros((20, 3, 2))}, ValueError, 'x_train'),
+    ('x_no_rows', {'x_train': np.zeros((0, 3)), 'y_train': np.zeros(0)}, ValueError, 'x_train'),
+    ('y_short', {'y_train': VY[:-1]}, ValueError, 'y_train'),
+    ('y_2d', {'y_train': np.ones((20, 2))}, ValueError, 'y_train'),
+    ('x_test_columns', {'x_test': np.zeros((5, 4))}, ValueError, 'x_test'),
+    ('x_test_df_missing', {'x_train': VDF, 'x_test': VDF[['a', 'c']]}, ValueError, 'x_test'),
+    ('x_test_df_renamed', {'x_train': VDF, 'x_test': VDF.rename(columns={'b': 'B'})}, ValueError, 'x_test'),
+    # non-finite values
+    ('x_nan', {'x_train': _with(VX, (3, 1), np.nan)}, ValueError, 'x_train'),
+    ('x_inf', {'x_train': _with(VX, (0, 0), -np.inf)}, ValueError, 'x_train'),
+    ('x_df_nan', {'x_train': VDF.assign(b=[np.nan] + [1.0] * 19)}, ValueError, 'x_train'),
+    ('y_nan', {'y_train': _with(VY, 5, np.nan)}, ValueError, 'y_train'),
+    ('y_inf', {'y_train': _with(VY, 5, np.inf)}, ValueError, 'y_train'),
+    ('x_test_nan', {'x_test': _with(VX[:5], (2, 2), np.nan)}, ValueError, 'x_test'),
+    ('w_nan', {'w': _with(np.ones(20), 4, np.nan)}, ValueError, r'\bw\b'),
+    ('w_inf', {'w': _with(np.ones(20), 4, np.inf)}, ValueError, r'\bw\b'),
+    # types
+    ('x_df_strings', {'x_train': VDF.assign(b=list('xy') * 10)}, TypeError, 'x_train'),
+    ('x_df_object', {'x_train': VDF.assign(b=pd.Series([1.0, 'z'] * 10, dtype=object))}, TypeError, 'x_train'),
+    ('x_df_category', {'x_train': VDF.assign(b=pd.Categorical(list('xy') * 10))}, TypeError, 'x_train'),
+    ('x_strings', {'x_train': VX.astype(str)}, TypeError, 'x_train'),
+    ('x_complex', {'x_train': VX + 1j}, TypeError, 'x_train'),
+    ('x_none', {'x_train': None}, TypeError, 'x_train'),
+    ('x_test_df_strings', {'x_train': VDF, 'x_test': VDF.assign(a=list('xy') * 10)}, TypeError, 'x_test'),
+    ('y_complex', {'y_train': VY + 1j}, TypeError, 'y_train'),
+    ('y_strings', {'y_train': VY.astype(str)}, TypeError, 'y_train'),
+    ('y_series_strings', {'y_train': pd.Series(list('ab') * 10)}, TypeError, 'y_train'),
+    # outcome values
+    ('y_constant', {'y_train': np.full(20, 3.0)}, ValueError, 'y_train'),
+    ('pbart_y_not_01', {'type': 'pbart', 'y_train': VY}, ValueError, 'y_train'),
+    ('pbart_y_012', {'type': 'pbart', 'y_train': np.arange(20) % 3}, ValueError, 'y_train'),
+    ('pbart_y_all_1', {'type': 'pbart', 'y_train': np.ones(20)}, ValueError, 'y_train'),
+    # integer settings
+    ('ndpost_0', {'ndpost': 0}, ValueError, 'ndpost'),
+    ('ndpost_float', {'ndpost': 10.5}, ValueError, 'ndpost'),
+    ('ndpost_str', {'ndpost': '10'}, TypeError, 'ndpost'),
+    ('nskip_neg', {'nskip': -1}, ValueError, 'nskip'),
+    ('keepevery_0', {'keepevery': 0}, ValueError, 'keepevery'),
+    ('ntree_0', {'ntree': 0}, ValueError, 'ntree'),
+    ('ntree_bool', {'ntree': True}, TypeError, 'ntree'),
+    ('printevery_0', {'printevery': 0}, ValueError, 'printevery'),
+    ('numcut_neg', {'numcut': -1}, ValueError, 'numcut'),
+    ('numcut_float', {'numcut': 10.5}, ValueError, 'numcut'),
+    # real settings
+    ('k_0', {'k': 0}, ValueError, r'\bk\b'),
+    ('k_neg', {'k': -2.0}, ValueError, r'\bk\b'),
+    ('k_nan', {'k': np.nan}, ValueError, r'\bk\b'),
+    ('k_str', {'k': '2'}, TypeError, r'\bk\b'),
+    ('base_0', {'base': 0.0}, ValueError, 'base'),
+    ('base_above_1', {'base': 1.01}, ValueError, 'base'),
+    ('power_neg', {'power': -1.0}, ValueError, 'power'),
+    ('sigquant_0', {'sigquant': 0.0}, ValueError, 'sigquant'),
+    ('sigquant_1', {'sigquant': 1.0}, ValueError, 'sigquant'),
+    ('sigdf_0', {'sigdf': 0}, ValueError, 'sigdf'),
+    ('lambda_neg', {'lambda_': -1.0}, ValueError, 'lambda_'),
+    ('sigest_0', {'sigest': 0.0}, ValueError, 'sigest'),
+    ('tau_num_0', {'tau_num': 0.0}, ValueError, 'tau_num'),
+    ('offset_inf', {'offset': np.inf}, ValueError, 'offset'),
+    # options
+    ('type_bad', {'type': 'xbart'}, ValueError, 'type'),
+    ('rm_const_str', {'rm_const': 'yes'}, TypeError, 'rm_const'),
+    ('seed_str', {'seed': 'abc'}, TypeError, 'seed'),
+    ('seed_float', {'seed': 1.5}, TypeError, 'seed'),
+    ('seed_neg', {'seed': -1}, ValueError, 'seed'),
+    # weights
+    ('w_zero', {'w': _with(np.ones(20), 3, 0.0)}, ValueError, r'\bw\b'),
+    ('w_neg', {'w': -np.ones(20)}, ValueError, r'\bw\b'),
+    ('w_short', {'w': np.ones(19)}, ValueError, r'\bw\b'),
+    ('w_pbart', {'type': 'pbart', 'y_train': VB, 'w': np.ones(20)}, ValueError, r'\bw\b'),
+    # DART
+    ('sparse_str', {'sparse': 'yes'}, TypeError, 'sparse'),
+    ('augment', {'augment': True}, NotImplementedError, 'augment'),
+    ('theta_neg', {'theta': -1.0}, ValueError, 'theta'),
+    ('a_0', {'sparse': True, 'a': 0.0}, ValueError, r'\ba\b'),
+    ('b_neg', {'sparse': True, 'b': -1.0}, ValueError, r'\bb\b'),
+    ('rho_0', {'sparse': True, 'rho': 0.0}, ValueError, 'rho'),
+    ('mc_cores_0', {'mc_cores': 0}, ValueError, 'mc_cores'),
+    ('mc_cores_str', {'mc_cores': '2'}, TypeError, 'mc_cores'),
+]
+
+
+@pytest.mark.parametrize(
+    ('overrides', 'exc', 'match'),
+    [pytest.param(o, e, m, id=i) for i, o, e, m in _BAD_INPUTS],
+)
+def test_bad_input_raises_before_tracing(no_sampler, overrides, exc, match):
+    """Every bad input gets a Python error that names the argument, raised
+    before the sampler is built and before anything is traced."""
+    with count_jax_events() as events, pytest.raises(exc, match=match) as info:
+        _call(**overrides)
+    # a builtin exception, not a JAX error (some of which subclass TypeError)
+    assert type(info.value).__module__ == 'builtins'
+    assert events[_TRACE_EVENT] == 0
+    assert events[_COMPILE_EVENT] == 0
+
+
+@pytest.mark.parametrize(
+    'overrides',
+    [
+        pytest.param({}, id='defaults'),
+        pytest.param({'base': 1.0}, id='base_1'),
+        pytest.param({'power': 0.0}, id='power_0'),
+        pytest.param({'nskip': 0}, id='nskip_0'),
+        pytest.param({'ndpost': 10.0}, id='ndpost_integral_float'),
+        pytest.param({'x_train': VX[:, 0]}, id='x_1d'),
+        pytest.param({'x_train': VX > 0.5}, id='x_bool'),
+        pytest.param({'x_train': VDF, 'x_test': VDF[['c', 'a', 'b']]}, id='x_test_df_reordered'),
+        pytest.param({'y_train': VY[:, None]}, id='y_column'),
+        pytest.param({'y_train': pd.DataFrame({'y': VY})}, id='y_df_column'),
+        pytest.param({'type': 'pbart', 'y_train': VB.astype(bool)}, id='pbart_bool'),
+        pytest.param({'type': 'pbart', 'y_train': pd.Series(VB.astype(int))}, id='pbart_int_series'),
+        pytest.param({'w': np.full(20, 2.0)}, id='w'),
+        pytest.param({'seed': jax.random.key(3)}, id='seed_key'),
+        pytest.param({'seed': np.int64(3)}, id='seed_numpy_int'),
+        pytest.param({'mc_cores': 2}, id='mc_cores_2'),
+        pytest.param({'sparse': True}, id='sparse'),
+    ],
+)
+def test_good_input_passes_validation(no_sampler, overrides):
+    """Valid inputs at the boundaries reach the sampler."""
+    with pytest.raises(_Reached):
+        _call(**overrides)
+
+
+def test_predict_bad_input(fit, data):
+    x, _, x_test = data
+    with pytest.raises(ValueError, match='x_new'):
+        fit.predict(np.zeros((5, P + 1)))
+    with pytest.raises(ValueError, match='x_new'):
+        fit.predict(_with(x_test, (1, 1), np.nan))
+    with pytest.raises(TypeError, match='x_new'):
+        fit.predict(x_test.astype(str))
+    with pytest.raises(ValueError, match='kind'):
+        fit.predict(x_test, kind='median')
+    with pytest.raises(ValueError, match='max_memory'):
+        fit.predict(x_test, max_memory=0)
+
+
+# ---------------------------------------------------------------- result object
+
+
+def test_result_attributes(fit, data):
+    x, y, x_test = data
+    ndpost, nskip = SMALL['ndpost'], SMALL['nskip']
+    assert fit.ndpost == ndpost
+    assert fit.yhat_train.shape == (ndpost, N)
+    assert fit.yhat_test.shape == (ndpost, N_TEST)
+    assert_allclose(fit.yhat_train_mean, fit.yhat_train.mean(axis=0), rtol=1e-6, atol=1e-6)
+    assert_allclose(fit.yhat_test_mean, fit.yhat_test.mean(axis=0), rtol=1e-6, atol=1e-6)
+    assert np.all(np.isfinite(fit.yhat_train))
+    assert np.all(np.isfinite(fit.yhat_test))
+
+    assert fit.sigma.shape == (nskip + ndpost,)
+    assert fit.sigma_.shape == (ndpost,)
+    assert_array_equal(fit.sigma[nskip:], fit.sigma_)
+    assert np.all(fit.sigma > 0)
+    assert fit.sigma_mean == pytest.approx(fit.sigma_.mean())
+
+    assert fit.varcount.shape == (ndpost, P)
+    assert np.issubdtype(fit.varcount.dtype, np.integer)
+    assert np.all(fit.varcount >= 0)
+    assert fit.varcount.sum() > 0
+    assert_allclose(fit.varcount_mean, fit.varcount.mean(axis=0))
+    assert fit.varprob.shape == (ndpost, P)
+    assert_allclose(fit.varprob.sum(axis=1), 1)
+    assert_allclose(fit.varprob_mean, fit.varprob.mean(axis=0))
+
+    # R's defaults: offset = mean(y), sigest = OLS residual sd, lambda such
+    # that P(sigma < sigest) = sigquant under sigma^2 ~ nu lambda / chi2_nu
+    assert fit.offset == pytest.approx(y.mean())
+    assert fit.sigest == pytest.approx(ols_sigest(x, y), rel=1e-6)
+    prob_below = stats.chi2.sf(fit.sigdf * fit.lambda_ / fit.sigest**2, fit.sigdf)
+    assert prob_below == pytest.approx(fit.sigquant)
+    assert 'wbart' in repr(fit)
+
+
+def test_fit_follows_data(fit, data):
+    """A sanity check of the small fit: far better than the constant."""
+    x, y, x_test = data
+    assert rmse(fit.yhat_train_mean, f_true(x)) < 0.3 * np.std(y)
+    assert rmse(fit.yhat_test_mean, f_true(x_test)) < 0.4 * np.std(y)
+    # the noise sd is 0.1 on a signal of sd ~ 0.9
+    assert 0.05 < fit.sigma_mean < 0.3
+    # x0 and x1 matter, x2 does not
+    vc = fit.varcount_mean
+    assert vc[2] < vc[0]
+    assert vc[2] < vc[1]
+
+
+def test_predict_matches_yhat_test(fit, data):
+    _, y, x_test = data
+    scale = np.std(y)
+    pred = fit.predict(x_test)
+    assert pred.shape == fit.yhat_test.shape
+    assert_allclose(pred, fit.yhat_test, rtol=1e-5, atol=1e-5 * scale)
+    mean = fit.predict(x_test, kind='mean')
+    assert mean.shape == (N_TEST,)
+    assert_allclose(mean, fit.yhat_test.mean(axis=0), rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_predict_at_train_matches_yhat_train(fit, data):
+    """yhat_train comes from the sampler's cached residuals; re-evaluating
+    the saved trees must give the same function (up to float drift)."""
+    x, y, _ = data
+    assert_allclose(fit.predict(x), fit.yhat_train, rtol=0, atol=1e-4 * np.std(y))
+
+
+@pytest.fixture(scope='module')
+def df_fit(data):
+    """The `fit` fixture's data, as a DataFrame and a Series with their own index,
+    x_test with the columns in another order."""
+    x, y, x_test = data
+    columns = ['alpha', 'beta', 'gamma']
+    index = np.arange(1000, 1000 + N)
+    x_df = pd.DataFrame(x, columns=columns, index=index)
+    y_ser = pd.Series(y, index=index[::-1], name='y')
+    x_test_df = pd.DataFrame(x_test, columns=columns)[['gamma', 'alpha', 'beta']]
+    return gbart(x_df, y_ser, x_test=x_test_df, seed=0, **SMALL)
+
+
+def test_dataframe_input_same_draws(df_fit, fit):
+    """DataFrame/Series input is read in row order, columns by name."""
+    assert_array_equal(df_fit.yhat_train, fit.yhat_train)
+    assert_array_equal(df_fit.yhat_test, fit.yhat_test)
+    assert_array_equal(df_fit.sigma, fit.sigma)
+
+
+def test_dataframe_keeps_column_names(df_fit, fit):
+    columns = ['alpha', 'beta', 'gamma']
+    assert isinstance(df_fit.varcount, pd.DataFrame)
+    assert list(df_fit.varcount.columns) == columns
+    assert_array_equal(df_fit.varcount.to_numpy(), fit.varcount)
+    assert isinstance(df_fit.varprob, pd.DataFrame)
+    assert list(df_fit.varprob.columns) == columns
+    assert list(df_fit.varcount_mean.index) == columns
+    assert list(df_fit.varprob_mean.index) == columns
+
+
+def test_dataframe_predict_by_column_name(df_fit, data):
+    _, y, x_test = data
+    x_test_df = pd.DataFrame(x_test, columns=['alpha', 'beta', 'gamma'])
+    pred = df_fit.predict(x_test_df[['beta', 'gamma', 'alpha']])
+    assert_allclose(pred, df_fit.yhat_test, rtol=1e-5, atol=1e-5 * np.std(y))
+    with pytest.raises(ValueError, match='x_new'):
+        df_fit.predict(x_test_df[['beta', 'gamma']])
+
+
+def test_rm_const_drops_constant_column(fit, data):
+    """A constant column is dropped: it gets no splits, and the draws are
+    those of the fit without it (same data and seed otherwise)."""
+    x, y, x_test = data
+    x4 = np.insert(x, 1, 7.0, axis=1)
+    x_test4 = np.insert(x_test, 1, -3.0, axis=1)
+    fit4 = gbart(x4, y, x_test=x_test4, seed=0, **SMALL)
+    assert fit4.varcount.shape == (SMALL['ndpost'], P + 1)
+    assert np.all(fit4.varcount[:, 1] == 0)
+    assert np.all(fit4.varprob[:, 1] == 0)
+    assert_allclose(fit4.varprob.sum(axis=1), 1)
+    assert_array_equal(fit4.varcount[:, [0, 2, 3]], fit.varcount)
+    assert_array_equal(fit4.yhat_train, fit.yhat_train)
+    assert_array_equal(fit4.yhat_test, fit.yhat_test)
+    assert_allclose(fit4.predict(x_test4), fit.yhat_test, rtol=1e-5, atol=1e-5 * np.std(y))
+
+
+def test_two_chains(fit, data):
+    """mc_cores=2: ndpost draws in total, chain after chain, same posterior."""
+    x, y, x_test = data
+    fit2 = gbart(x, y, x_test=x_test, seed=0, **SMALL, mc_cores=2)
+    ndpost = SMALL['ndpost']
+    assert fit2.yhat_train.shape == (ndpost, N)
+    assert fit2.yhat_test.shape == (ndpost, N_TEST)
+    assert fit2.varcount.shape == (ndpost, P)
+    assert np.all(np.isfinite(fit2.yhat_train))
+    assert np.all(np.isfinite(fit2.sigma_))
+    half = ndpost // 2
+    assert not np.allclose(fit2.yhat_train[:half], fit2.yhat_train[half:])
+    assert_allclose(fit2.predict(x_test), fit2.yhat_test, rtol=1e-5, atol=1e-5 * np.std(y))
+    assert rmse(fit2.yhat_train_mean, fit.yhat_train_mean) < 0.25 * np.std(y)
+
+
+# ---------------------------------------------------------------- probit
+
+
+def test_probit_result(pfit, binary_data):
+    _, y, x_test = binary_data
+    ndpost = SMALL['ndpost']
+    assert pfit.type == 'pbart'
+    assert pfit.prob_train.shape == (ndpost, N)
+    assert pfit.prob_test.shape == (ndpost, N_TEST)
+    for prob in (pfit.prob_train, pfit.prob_test):
+        assert np.all((prob >= 0) & (prob <= 1))
+    assert_allclose(pfit.prob_train, stats.norm.cdf(pfit.yhat_train), rtol=1e-6, atol=1e-7)
+    assert_allclose(pfit.prob_test, stats.norm.cdf(pfit.yhat_test), rtol=1e-6, atol=1e-7)
+    assert_allclose(pfit.prob_train_mean, pfit.prob_train.mean(axis=0), atol=1e-7)
+    assert_allclose(pfit.prob_test_mean, pfit.prob_test.mean(axis=0), atol=1e-7)
+    assert_allclose(pfit.yhat_train_mean, pfit.yhat_train.mean(axis=0), rtol=1e-6, atol=1e-6)
+    assert pfit.offset == pytest.approx(stats.norm.ppf(y.mean()))
+    # the probability follows x0 (P(y=1) = Phi(2 (x0 - 1/2)))
+    truth = stats.norm.cdf(2 * (x_test[:, 0] - 0.5))
+    assert rmse(pfit.prob_test_mean, truth) < rmse(y.mean(), truth)
+    assert 'pbart' in repr(pfit)
+
+
+def test_probit_predict(pfit, binary_data):
+    _, _, x_test = binary_data
+    pred = pfit.predict(x_test)
+    assert pred.shape == (SMALL['ndpost'], N_TEST)
+    assert np.all((pred >= 0) & (pred <= 1))
+    assert_allclose(pred, pfit.prob_test, rtol=1e-5, atol=1e-6)
+    mean = pfit.predict(x_test, kind='mean')
+    assert_allclose(mean, pfit.prob_test.mean(axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_probit_bool_outcome_same_draws(pfit, binary_data):
+    x, y, x_test = binary_data
+    fit_bool = gbart(x, pd.Series(y.astype(bool)), x_test=x_test, type='pbart', seed=0, **SMALL)
+    assert_array_equal(fit_bool.yhat_train, pfit.yhat_train)
+
+
+@pytest.fixture
+def extreme_uniform(monkeypatch):
+    """Make `jax.random.uniform` return its lowest possible value (what it
+    computes from all-zero random bits, probability 2**-23 per number) at the
+    first element of every non-scalar draw. Only a fresh trace sees the
+    patch: use it with ntree=13, which no unpatched test uses."""
+    original = jax.random.uniform
+
+    def uniform(key, shape=(), dtype=float, minval=0.0, maxval=1.0):
+        u = original(key, shape, dtype, minval, maxval)
+        if u.ndim == 0:
+            return u
+        flat = u.reshape(-1)
+        zero_bits = flat[0] * 0  # computed at run time, like jax's own
+        lowest = jax.lax.max(jnp.asarray(minval, u.dtype), zero_bits * (maxval - minval) + minval)
+        return flat.at[0].set(lowest).reshape(u.shape)
+
+    monkeypatch.setattr(jax.random, 'uniform', uniform)
+
+
+@pytest.mark.parametrize(
+    'far_tail',
+    [
+        pytest.param(False, id='default'),
+        pytest.param(True, id='far_tail'),
+    ],
+)
+def test_probit_chain_survives_extreme_uniform(binary_data, extreme_uniform, far_tail):
+    """A uniform draw equal to its minimum must not break the probit chain
+    (it did, with probability ~2**-23 per latent draw, ~1 fit in 5 at n =
+    1000). With ``far_tail`` the offset puts point 0 8 sd on the wrong side
+    of the threshold, and a tiny leaf prior sd (huge k) keeps it there, so
+    its latent is drawn from the exponential tail approximation."""
+    x, y, x_test = binary_data
+    if far_tail:
+        extra = {'offset': 8.0 if y[0] == 0 else -8.0, 'k': 1e4}
+    else:
+        extra = {}
+    fit = gbart(x, y, x_test=x_test, type='pbart', seed=0, **{**SMALL, 'ntree': 13}, **extra)
+    assert np.all(np.isfinite(fit.yhat_train))
+    assert np.all(np.isfinite(fit.yhat_test))
+
+
+# ---------------------------------------------------------------- determinism
+
+
+def test_same_seed_same_draws(fit, data):
+    x, y, x_test = data
+    again = gbart(x, y, x_test=x_test, seed=0, **SMALL)
+    assert_array_equal(again.yhat_train, fit.yhat_train)
+    assert_array_equal(again.yhat_test, fit.yhat_test)
+    assert_array_equal(again.sigma, fit.sigma)
+    assert_array_equal(again.varcount, fit.varcount)
+
+
+def test_other_seed_other_draws(fit, data):
+    x, y, x_test = data
+    other = gbart(x, y, x_test=x_test, seed=1, **SMALL)
+    assert not np.allclose(other.yhat_train, fit.yhat_train)
+    assert not np.allclose(other.sigma_, fit.sigma_)
+    # but the same posterior, roughly (short chains: loose)
+    assert rmse(other.yhat_train_mean, fit.yhat_train_mean) < 0.25 * np.std(y)
+
+
+@pytest.mark.parametrize('kind', ['draws', 'mean'])
+def test_predict_independent_of_memory_budget(fit, data, kind):
+    _, y, x_test = data
+    default = fit.predict(x_test, kind=kind)
+    tiny = fit.predict(x_test, kind=kind, max_memory=1)
+    small = fit.predict(x_test, kind=kind, max_memory=20_000)
+    assert_allclose(tiny, default, rtol=1e-6, atol=1e-6 * np.std(y))
+    assert_allclose(small, default, rtol=1e-6, atol=1e-6 * np.std(y))
+
+
+def test_draws_independent_of_printevery(fit, data, capsys):
+    """printevery sets the size of the compiled chunks; draws must not change."""
+    x, y, x_test = data
+    chunked = gbart(x, y, x_test=x_test, seed=0, **{**SMALL, 'printevery': 7})
+    out = capsys.readouterr().out
+    assert f'{SMALL["nskip"] + SMALL["ndpost"]}/{SMALL["nskip"] + SMALL["ndpost"]}' in out
+    assert_array_equal(chunked.yhat_train, fit.yhat_train)
+    assert_array_equal(chunked.sigma, fit.sigma)
+
+
+# ---------------------------------------------------------------- compile once
+
+
+@pytest.fixture
+def runners_used(monkeypatch):
+    """Record the jitted MCMC chunk runners `run_mcmc` asks for, with their
+    number of compiled versions at that moment."""
+    used = []
+    original = mcmcloop._chunk_runner
+
+    def recording(*args, **kwargs):
+        runner = original(*args, **kwargs)
+        used.append((runner, runner._cache_size()))
+        return runner
+
+    monkeypatch.setattr(mcmcloop, '_chunk_runner', recording)
+    return used
+
+
+def test_refit_same_shape_does_not_recompile(fit, runners_used):
+    """A second fit on other data of the same shape reuses the compiled
+    MCMC chunk (the `fit` fixture compiled it) and compiles nothing."""
+    x, y, _ = make_data(7)
+    with count_jax_events() as events:
+        other = gbart(x, 3 * y + 1, seed=5, **SMALL)
+    assert np.all(np.isfinite(other.yhat_train))
+    assert runners_used
+    for runner, size_before in runners_used:
+        assert size_before >= 1
+        assert runner._cache_size() == size_before
+    assert events[_COMPILE_EVENT] == 0
+    # eager jnp ops between chunks may re-trace their primitive ('bind'),
+    # but no jitted function of bartz is traced again
+    assert set(events['traced']) <= {'bind'}
+
+
+def test_compile_counter_works():
+    """The event counter used above does see a fresh compilation."""
+    with count_jax_events() as events:
+        jax.jit(lambda a: a * 3 + 1)(np.float32(2))
+    assert events[_TRACE_EVENT] >= 1
+    assert events[_COMPILE_EVENT] >= 1
+
+
+def test_refit_with_x_test_same_shape_does_not_recompile(fit):
+    x, y, x_test = make_data(8)
+    with count_jax_events() as events:
+        gbart(x, y, x_test=x_test, seed=6, **SMALL)
+    assert events[_COMPILE_EVENT] == 0
+
+
+def test_predict_twice_does_not_recompile(fit, data):
+    _, _, x_test = data
+    fit.predict(x_test)
+    with count_jax_events() as events:
+        fit.predict(x_test)
+    assert events[_COMPILE_EVENT] == 0
+
+
+# ---------------------------------------------------------------- weights
+
+
+@pytest.fixture(scope='module')
+def shifted_data():
+    """Half the points (at random, unrelated to x) are shifted up by 3."""
+    x, _, _ = make_data(11)
+    rng = np.random.default_rng(12)
+    f = f_true(x)
+    shifted = rng.permutation(N) < N // 2
+    y = f + 0.3 * rng.normal(size=N) + 3.0 * shifted
+    return x, y, f, shifted
+
+
+def test_w_downweights_points(shifted_data):
+    """With w = 10 on the shifted points (error sd 10 sigma there), they are
+    treated as noise: the fit stays near f, and sigma near the sd of the
+    other points. With w = 1 the fit is pulled up by about 1.5."""
+    x, y, f, shifted = shifted_data
+    ones = gbart(x, y, w=np.ones(N), seed=2, **SMALL)
+    weighted = gbart(x, y, w=np.where(shifted, 10.0, 1.0), seed=2, **SMALL)
+    pull_ones = np.mean(ones.yhat_train_mean - f)
+    pull_weighted = np.mean(weighted.yhat_train_mean - f)
+    assert 1.0 < pull_ones < 2.0
+    assert abs(pull_weighted) < 0.4
+    assert weighted.sigma.shape == (SMALL['nskip'] + SMALL['ndpost'],)
+    assert np.all(np.isfinite(weighted.sigma)) and np.all(weighted.sigma > 0)
+    # unweighted residual sd is ~1.5; weighted, ~0.3 (0.3 noise, and 3/10 shifts)
+    assert 0.15 < weighted.sigma_mean < 0.5
+    assert ones.sigma_mean > 1.0
+
+
+def test_unit_w_same_as_no_w(fit, data):
+    """w = 1 everywhere is the unweighted model: same draws up to rounding."""
+    x, y, x_test = data
+    ones = gbart(x, y, x_test=x_test, w=np.ones(N), seed=0, **SMALL)
+    assert_allclose(ones.yhat_train, fit.yhat_train, rtol=1e-5, atol=1e-5 * np.std(y))
+    assert_allclose(ones.sigma, fit.sigma, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- statistical recovery (slow)
+
+
+def friedman(x):
+    return 10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3] + 5 * x[:, 4]
+
+
+def coverage(draws, truth, level=0.95):
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return float(np.mean((lo <= truth) & (truth <= hi)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('seed', [1, 2, 3])
+def test_friedman_recovery(seed):
+    """Friedman #1, n = 1000, p = 10, noise sd 1, R's default BART settings.
+
+    Thresholds: over 10 data sets, the RMSE of the posterior mean was
+    0.52-0.62 at the training points and 0.62-0.79 at 1000 test points
+    (mean 0.70, sd 0.05; the spread is mostly from the data set, a chain 4
+    times longer on the worst one gave 0.75); 95% coverage 0.88-0.96;
+    posterior mean of sigma 0.86-0.95: with 200 trees and n = 1000 BART
+    overfits a little, sigma -> 1 as n grows (0.99 at n = 4000) and is
+    above 1 with 50 trees.
+    """
+    rng = np.random.default_rng(seed)
+    n = 1000
+    x = rng.uniform(size=(n, 10))
+    x_test = rng.uniform(size=(n, 10))
+    f, f_test = friedman(x), friedman(x_test)
+    y = f + rng.normal(size=n)
+    fit = gbart(x, y, x_test=x_test, ntree=200, nskip=200, ndpost=500, printevery=None, seed=seed)
+    assert np.all(np.isfinite(fit.yhat_train))
+    assert rmse(fit.yhat_train_mean, f) < 0.75
+    assert rmse(fit.yhat_test_mean, f_test) < 0.85
+    assert 0.85 <= coverage(fit.yhat_train, f) <= 1.0
+    assert 0.85 <= coverage(fit.yhat_test, f_test) <= 1.0
+    assert 0.8 < fit.sigma_mean < 1.15
+    # x1..x5 are split on more than the 5 irrelevant predictors (on average:
+    # without DART, BART splits on noise predictors too, and about as often
+    # as on x5, which enters linearly with a small slope)
+    vc = fit.varcount_mean
+    assert vc[:5].mean() > 1.3 * vc[5:].mean()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('seed', [0, 2, 3])
+def test_probit_recovery(seed):
+    """P(y = 1 | x) = Phi(f(x)), f Friedman #1 standardised (sd ~1), n = 1000,
+    R's probit defaults (50 trees, keepevery 10).
+
+    Thresholds: the true probabilities have sd ~0.29 (the RMSE of the
+    constant predictor); over 4 data sets the RMSE of the posterior mean
+    probability was 0.107-0.119 (train and test), so < 0.15 and < half the
+    constant's leaves a margin of several data-set sds.
+    """
+    rng = np.random.default_rng(100 + seed)
+    n = 1000
+    x = rng.uniform(size=(n, 10))
+    x_test = rng.uniform(size=(n, 10))
+    f = (friedman(x) - 14.4) / 4.9
+    f_test = (friedman(x_test) - 14.4) / 4.9
+    prob, prob_test = stats.norm.cdf(f), stats.norm.cdf(f_test)
+    y = (rng.uniform(size=n) < prob).astype(float)
+    fit = gbart(x, y, x_test=x_test, type='pbart', nskip=200, ndpost=200, printevery=None, seed=seed)
+    assert np.all(np.isfinite(fit.prob_train))
+    assert np.all(np.isfinite(fit.prob_test))
+    const_train = rmse(y.mean(), prob)
+    const_test = rmse(y.mean(), prob_test)
+    assert rmse(fit.prob_train_mean, prob) < min(0.15, 0.5 * const_train)
+    assert rmse(fit.prob_test_mean, prob_test) < min(0.15, 0.5 * const_test)
