@@ -696,7 +696,7 @@ def gbart(
         n_save=draws_per_chain,
         n_skip=keepevery,
         printevery=printevery,
-        save_train=True,
+        save_train=bool(save_yhat_train),
         sigma_scale=scale,
         num_chains=mc_cores,
         mesh=mesh,
@@ -744,17 +744,27 @@ def gbart(
         xinfo=splits.splits,
         elapsed=info.elapsed,
     )
-    fit_train = trace.fit_train
-    if is_binary:
-        yhat_train = offset + fit_train
-        prob = stats.norm.cdf(yhat_train)
-        fit.prob_train = prob if save_yhat_train else None
-        fit.prob_train_mean = prob.mean(axis=0)
+    if save_yhat_train:
+        fit_train = trace.fit_train
+        if is_binary:
+            yhat_train = offset + fit_train
+            fit.prob_train = stats.norm.cdf(yhat_train)
+            fit.prob_train_mean = fit.prob_train.mean(axis=0)
+        else:
+            yhat_train = offset + scale * fit_train
+        fit.yhat_train = yhat_train
+        fit.yhat_train_mean = yhat_train.mean(axis=0)
+        del fit_train, yhat_train
     else:
-        yhat_train = offset + scale * fit_train
-    fit.yhat_train = yhat_train if save_yhat_train else None
-    fit.yhat_train_mean = yhat_train.mean(axis=0)
-    del fit_train, yhat_train
+        # the draws were never kept: the means come from the trees, in bounded memory
+        Xtrain = jnp.asarray(X[:, :n])
+        fit.yhat_train = None
+        if is_binary:
+            fit.yhat_train_mean = offset + fit._evaluate(Xtrain, 'mean', max_memory, link=None)
+            fit.prob_train = None
+            fit.prob_train_mean = fit._evaluate(Xtrain, 'mean', max_memory, link='probit')
+        else:
+            fit.yhat_train_mean = fit._evaluate(Xtrain, 'mean', max_memory, link='affine')
     if xt is not None:
         Xt = jnp.asarray(prepcovars.bin_predictors_np(xt[:, kept], splits.splits))
         ft = fit._evaluate(Xt, 'draws', max_memory, link=None)

@@ -36,6 +36,7 @@ __all__ = [
     'forest_depth',
     'forest_num_leaves',
     'var_count',
+    'var_count_scatter',
     'evaluate_trace',
 ]
 
