@@ -1,0 +1,818 @@
+"""Tests for bartz.mcmcstep: the sampler's invariant distribution and bookkeeping.
+
+The central test is the prior test: with no data the leaf marginal likelihood
+ratio is exactly 1, so the sampler must target the tree prior, and the
+distribution of the trees it visits is compared with an exact, independent
+forward sampler of the prior. Every term of the Metropolis-Hastings ratio
+(proposal probabilities and prior ratio) is exercised; `test_prior_test_has_power`
+shows the comparison rejects a sampler with a wrong ratio. The likelihood
+terms are checked by `test_tree_posterior_exact`, against the exact posterior
+over all trees of a tiny problem.
+
+Sampling plan: the trees of one chain are independent under the prior (no
+data), and so are independent chains; the statistics use only the final state
+of each tree after a burn-in several times the mixing time, so the samples
+are iid across trees and chi-square / KS tests are valid as they are.
+"""
+
+import functools
+import itertools
+
+import jax
+import numpy as np
+import pytest
+from jax import lax, random
+from jax import numpy as jnp
+from scipy import stats
+
+from bartz import grove, mcmcstep
+from bartz.grove import TreeHeaps
+
+P_MIN = 1e-4  # each statistical test must have a p-value above this
+
+
+# ---------------------------------------------------------------- exact prior
+
+
+def sample_prior_heaps(rng, num_trees, max_split, max_depth, base, power, s=None):
+    """Exact forward sampler of the BART tree prior, in heap layout.
+
+    A node at depth ``d`` is internal with probability ``base / (1 + d)**power``
+    if ``d < max_depth - 1`` and some variable has a usable split index in the
+    node, else a leaf. The variable is drawn among the usable ones with
+    probabilities proportional to ``s`` (uniform if None), the split index
+    uniformly in ``lo + 1 .. hi``; the left child gets ``hi = split - 1``, the
+    right child ``lo = split`` for that variable.
+    """
+    max_split = np.asarray(max_split)
+    p = max_split.size
+    log_s = np.zeros(p) if s is None else np.log(s)
+    heap_size = 2**max_depth
+    half = heap_size // 2
+    var = np.zeros((num_trees, half), np.int64)
+    split = np.zeros((num_trees, half), np.int64)
+    lo = np.zeros((num_trees, heap_size, p), np.int16)
+    hi = np.zeros((num_trees, heap_size, p), np.int16)
+    hi[:, 1] = max_split
+    exists = np.zeros((num_trees, heap_size), bool)
+    exists[:, 1] = True
+    rows = np.arange(num_trees)
+    for depth in range(max_depth - 1):
+        p_internal = base / (1 + depth) ** power
+        for node in range(2**depth, 2 ** (depth + 1)):
+            usable = hi[:, node] > lo[:, node]
+            internal = exists[:, node] & usable.any(axis=1) & (rng.random(num_trees) < p_internal)
+            # Gumbel-max: a draw proportional to s among the usable variables
+            v = np.argmax(np.where(usable, log_s + rng.gumbel(size=(num_trees, p)), -np.inf), axis=1)
+            low, high = lo[rows, node, v].astype(np.int64), hi[rows, node, v].astype(np.int64)
+            sp = low + 1 + np.floor(rng.random(num_trees) * (high - low)).astype(np.int64)
+            var[internal, node] = v[internal]
+            split[internal, node] = sp[internal]
+            for child in (2 * node, 2 * node + 1):
+                lo[:, child] = lo[:, node]
+                hi[:, child] = hi[:, node]
+                exists[:, child] = internal
+            hi[internal, 2 * node, v[internal]] = sp[internal] - 1
+            lo[internal, 2 * node + 1, v[internal]] = sp[internal]
+    return var, split
+
+
+def tree_stats(var, split, max_split):
+    """Per-tree categorical statistics of a forest ``(num_trees, H/2)``, in numpy."""
+    num_trees, half = split.shape
+    heap_size = 2 * half
+    internal = np.concatenate([split != 0, np.zeros((num_trees, half), bool)], axis=1)
+    nodes = np.arange(heap_size)
+    exists = internal[:, nodes >> 1] | (nodes == 1)
+    exists[:, 0] = False
+    leaf = exists & ~internal
+    level = np.floor(np.log2(np.maximum(nodes, 1))).astype(np.int64)
+    out = {
+        'num_leaves': leaf.sum(axis=1),
+        'depth': np.max(np.where(leaf, level, 0), axis=1),
+        # the whole topology (which nodes are internal), as an integer code
+        'topology': (internal[:, 1:half] * (2 ** np.arange(half - 1))).sum(axis=1),
+    }
+    max_split = np.asarray(max_split)
+    for v in range(max_split.size):
+        out[f'splits_on_var{v}'] = np.sum((split != 0) & (var == v), axis=1)
+    offsets = np.concatenate([[0], np.cumsum(max_split)[:-1]])
+    out['root_var_split'] = np.where(split[:, 1] != 0, 1 + offsets[var[:, 1]] + split[:, 1] - 1, 0)
+    # split index of the shallowest split on the variable with most cut-points
+    widest = int(np.argmax(max_split))
+    on = (split != 0) & (var == widest)
+    first = np.argmax(on, axis=1)
+    out['first_split_widest_var'] = np.where(on.any(axis=1), split[np.arange(num_trees), first], 0)
+    return out
+
+
+def chi2_two_sample(a, b, min_expected=5.0):
+    """p-value of the chi-square test that two iid samples of categories have the same law.
+
+    Categories with fewer than `min_expected` expected counts in either sample
+    are pooled.
+    """
+    cats, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)
+    count_a = np.bincount(inverse[: len(a)], minlength=cats.size)
+    count_b = np.bincount(inverse[len(a) :], minlength=cats.size)
+    frac = len(a) / (len(a) + len(b))
+    total = count_a + count_b
+    small = np.minimum(total * frac, total * (1 - frac)) < min_expected
+    table = np.stack([count_a[~small], count_b[~small]], axis=1)
+    if small.any():
+        pooled = np.array([[count_a[small].sum(), count_b[small].sum()]])
+        if pooled.sum() * min(frac, 1 - frac) >= min_expected or table.shape[0] == 0:
+            table = np.concatenate([table, pooled])
+        else:  # too few even pooled: merge into the smallest category
+            table[np.argmin(table.sum(axis=1))] += pooled[0]
+    if table.shape[0] < 2:
+        return 1.0
+    return stats.chi2_contingency(table.T, correction=False).pvalue
+
+
+def chi2_one_sample(sample, probs, min_expected=5.0):
+    """p-value of the chi-square goodness of fit of integer `sample` to `probs`."""
+    counts = np.bincount(sample, minlength=len(probs))
+    assert counts.size == len(probs), 'sample out of the support'
+    expected = probs * len(sample)
+    small = expected < min_expected
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    if exp[-1] == 0:
+        assert obs[-1] == 0
+        obs, exp = obs[:-1], exp[:-1]
+    return stats.chisquare(obs, exp).pvalue
+
+
+def check_split_ranges(var, split, max_split):
+    """Every internal node exists and splits inside the range left by its ancestors."""
+    num_trees, half = split.shape
+    for t in range(num_trees):
+
+        def visit(node, lo, hi, t=t):
+            if node >= half or split[t, node] == 0:
+                # not internal: its children must not be internal either
+                for child in (2 * node, 2 * node + 1):
+                    if child < half:
+                        assert split[t, child] == 0, (t, child)
+                        visit(child, lo, hi)
+                return
+            v, s = var[t, node], split[t, node]
+            assert lo[v] < s <= hi[v], (t, node, v, s, lo[v], hi[v])
+            visit(2 * node, lo, {**hi, v: s - 1})
+            visit(2 * node + 1, {**lo, v: s}, hi)
+
+        visit(1, dict.fromkeys(range(len(max_split)), 0), dict(enumerate(max_split)))
+
+
+# ---------------------------------------------------------------- prior test
+
+LEAF_PRIOR_VAR = 0.3
+SIGMA2_ALPHA, SIGMA2_BETA = 1.5, 0.7
+PRIOR_CHUNK = 50  # sweeps per jitted call
+
+
+def make_prior_runner():
+    """A fresh jitted function doing `PRIOR_CHUNK` sweeps, returning the sigma2 draws too."""
+
+    @jax.jit
+    def run_chunk(key, state):
+        def body(state, key):
+            state, _ = mcmcstep.step(key, state)
+            return state, state.sigma2
+
+        return lax.scan(body, state, random.split(key, PRIOR_CHUNK))
+
+    return run_chunk
+
+
+_prior_runner = make_prior_runner()
+
+# name: (max_depth, max_split, base, power, s, num_trees, burn-in sweeps)
+# burn-in: >= 2.5x the number of sweeps after which, starting from stumps, the
+# p-values of all the statistics below stop drifting (measured: ~50 for A, A2
+# and B, ~150 for C2, ~250 for C)
+PRIOR_CONFIGS = {
+    # depth limit binds; variables exhausted one by one along paths
+    'A': (4, (1, 2, 3, 10), 0.95, 0.5, None, 4000, 150),
+    # all variables exhausted after two splits (nodes at depth 2 can't split
+    # although above the bottom level), and predictors with no cut-points
+    'A2': (4, (0, 1, 1, 0), 0.95, 0.5, None, 4000, 150),
+    # DART-like non-uniform split probabilities
+    'A3': (4, (1, 2, 3, 10), 0.95, 0.5, (0.1, 0.2, 0.3, 0.4), 4000, 150),
+    # R defaults
+    'B': (6, (1, 2, 3, 10), 0.95, 2.0, None, 4000, 150),
+    # bushy: most trees reach the depth limit
+    'C': (6, (1, 2, 3, 10), 0.99, 0.5, None, 2000, 650),
+    # bushy with exhaustion at depth 4 < bottom level 5
+    'C2': (6, (0, 1, 1, 2), 0.99, 0.5, None, 2000, 400),
+}
+REF_TREES = 40_000
+
+
+def prior_state(max_depth, max_split, base, power, s, num_trees):
+    return mcmcstep.init(
+        X=jnp.zeros((len(max_split), 0), jnp.uint8),
+        max_split=jnp.asarray(max_split),
+        y=jnp.zeros(0, jnp.float32),
+        num_trees=num_trees,
+        max_depth=max_depth,
+        leaf_prior_var=LEAF_PRIOR_VAR,
+        sigma2_alpha=SIGMA2_ALPHA,
+        sigma2_beta=SIGMA2_BETA,
+        base=base,
+        power=power,
+        min_points_per_leaf=0,
+        log_s=None if s is None else jnp.log(jnp.asarray(s)),
+    )
+
+
+def run_prior(runner, config, seed):
+    """Final state and sigma2 trace of the no-data sampler."""
+    max_depth, max_split, base, power, s, num_trees, burn_in = PRIOR_CONFIGS[config]
+    state = prior_state(max_depth, max_split, base, power, s, num_trees)
+    sigma2 = []
+    for key in random.split(random.key(seed), burn_in // PRIOR_CHUNK):
+        state, s2 = runner(key, state)
+        sigma2.append(np.asarray(s2))
+    return jax.device_get(state), np.concatenate(sigma2)
+
+
+@functools.cache
+def prior_run(config, seed):
+    return run_prior(_prior_runner, config, seed)
+
+
+def prior_pvalues(state, config, seed):
+    max_depth, max_split, base, power, s, _, _ = PRIOR_CONFIGS[config]
+    var, split = np.asarray(state.forest.var_tree), np.asarray(state.forest.split_tree)
+    mcmc = tree_stats(var, split, max_split)
+    rng = np.random.default_rng([seed, 2024])
+    ref = tree_stats(*sample_prior_heaps(rng, REF_TREES, max_split, max_depth, base, power, s), max_split)
+    return {name: chi2_two_sample(mcmc[name], ref[name]) for name in mcmc}
+
+
+PRIOR_CASES = [
+    ('A', 0),
+    ('A2', 0),
+    pytest.param('A', 1, marks=pytest.mark.slow),
+    pytest.param('A', 2, marks=pytest.mark.slow),
+    pytest.param('A2', 1, marks=pytest.mark.slow),
+    pytest.param('A3', 0, marks=pytest.mark.slow),
+    pytest.param('A3', 1, marks=pytest.mark.slow),
+    pytest.param('B', 0, marks=pytest.mark.slow),
+    pytest.param('B', 1, marks=pytest.mark.slow),
+    pytest.param('C', 0, marks=pytest.mark.slow),
+    pytest.param('C', 1, marks=pytest.mark.slow),
+    pytest.param('C2', 0, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(('config', 'seed'), PRIOR_CASES)
+def test_prior_trees(config, seed):
+    """With no data, the trees visited by the sampler follow the tree prior."""
+    state, _ = prior_run(config, seed)
+    max_split = PRIOR_CONFIGS[config][1]
+    var, split = np.asarray(state.forest.var_tree), np.asarray(state.forest.split_tree)
+    check_split_ranges(var, split, max_split)  # support of the prior
+    pvalues = prior_pvalues(state, config, seed)
+    bad = {k: v for k, v in pvalues.items() if v < P_MIN}
+    assert not bad, f'{config} seed {seed}: {pvalues}'
+
+
+@pytest.mark.parametrize(('config', 'seed'), [('A', 0)])
+def test_prior_leaves_and_sigma2(config, seed):
+    """With no data, leaves are N(0, tau^2) and sigma2 follows its inverse gamma prior."""
+    state, sigma2 = prior_run(config, seed)
+    leaf = np.asarray(grove.is_leaf(state.forest.split_tree))
+    values = np.asarray(state.forest.leaf_tree)
+    assert np.all(values[~leaf] == 0)
+    # leaves are iid given the structure: pool them
+    ks = stats.kstest(values[leaf], stats.norm(scale=np.sqrt(LEAF_PRIOR_VAR)).cdf)
+    assert ks.pvalue > P_MIN, ks
+    # with no data, every sweep draws sigma2 afresh from the prior
+    ks = stats.kstest(sigma2, stats.invgamma(SIGMA2_ALPHA, scale=SIGMA2_BETA).cdf)
+    assert ks.pvalue > P_MIN, ks
+
+
+def _perturbed_propose_tree(log_factor, original):
+    """`_propose_tree` with ``log_factor`` added to the log MH ratio of every grow."""
+
+    def propose(*args):
+        moves = original(*args)
+        ratio = jnp.where(moves.grow, moves.log_ratio_tree + log_factor, moves.log_ratio_tree)
+        return moves._replace(log_ratio_tree=ratio)
+
+    return propose
+
+
+@pytest.mark.slow
+def test_prior_test_has_power(monkeypatch):
+    """A sampler whose grow ratio is off by a factor 2 fails the prior test."""
+    original = mcmcstep._propose_tree
+    monkeypatch.setattr(mcmcstep, '_propose_tree', _perturbed_propose_tree(np.log(2.0), original))
+    runner = make_prior_runner()  # a fresh jit, so it traces the perturbed function
+    state, _ = run_prior(runner, 'A', 0)
+    pvalues = prior_pvalues(state, 'A', 0)
+    assert min(pvalues.values()) < 1e-10, pvalues
+
+
+# ---------------------------------------------------------------- exact posterior
+
+FS_SWEEPS = 100  # sweeps per jitted call
+FS_CHAINS = 4000
+FS_SIGMA2 = 0.5
+FS_TAU2 = 0.4
+FS_DEPTH = 3
+FS_BASE, FS_POWER = 0.95, 1.0
+FS_MIN_POINTS = 2
+
+
+def _sweep_fixed_sigma2(key, state):
+    """One sweep over the trees, without the sigma2 update."""
+    key_moves, key_sweep = random.split(key)
+    moves = mcmcstep.propose_moves(key_moves, state)
+    state, _ = mcmcstep._sweep_trees(key_sweep, state, moves)
+    return state
+
+
+def make_fixed_sigma2_runner():
+    """A fresh jitted function doing `FS_SWEEPS` sweeps of independent chains (leading axis)."""
+
+    @jax.jit
+    def run(key, states):
+        num_chains = states.sigma2.shape[0]
+
+        # scan of vmap rather than vmap of scan: the key reuse checker of jax
+        # 0.10.2 flags keys scanned over inside vmap as reused (false positive)
+        def body(states, key):
+            return jax.vmap(_sweep_fixed_sigma2)(random.split(key, num_chains), states), None
+
+        states, _ = lax.scan(body, states, random.split(key, FS_SWEEPS))
+        return states
+
+    return run
+
+
+run_fixed_sigma2_chains = make_fixed_sigma2_runner()
+
+
+@pytest.fixture(scope='module')
+def small_data():
+    rng = np.random.default_rng(5)
+    n, max_split = 24, np.array([3, 2])
+    X = np.stack([rng.integers(0, m + 1, size=n) for m in max_split]).astype(np.uint8)
+    y = 0.5 * (X[0] >= 2) - 0.4 * (X[1] == 0) + rng.normal(scale=0.6, size=n)
+    y = (y - y.mean()).astype(np.float32)
+    prec_weights = rng.uniform(0.3, 3.0, size=n).astype(np.float32)
+    return X, max_split, y, prec_weights
+
+
+def one_tree_chains(X, max_split, y, prec_weights):
+    state = mcmcstep.init(
+        X=jnp.asarray(X),
+        max_split=jnp.asarray(max_split),
+        y=jnp.asarray(y),
+        num_trees=1,
+        max_depth=FS_DEPTH,
+        leaf_prior_var=FS_TAU2,
+        sigma2_alpha=1.0,
+        sigma2_beta=1.0,
+        sigma2_init=FS_SIGMA2,
+        base=FS_BASE,
+        power=FS_POWER,
+        prec_weights=None if prec_weights is None else jnp.asarray(prec_weights),
+        min_points_per_leaf=FS_MIN_POINTS,
+    )
+    return jax.tree.map(lambda a: jnp.broadcast_to(a, (FS_CHAINS, *a.shape)), state)
+
+
+def enumerate_trees(max_split, max_depth, base, power):
+    """Every tree with positive prior probability: list of (prior prob, {node: (var, split)})."""
+    p = len(max_split)
+
+    def rec(node, depth, lo, hi):
+        usable = [v for v in range(p) if hi[v] > lo[v]]
+        p_internal = base / (1 + depth) ** power if depth < max_depth - 1 and usable else 0.0
+        out = [(1 - p_internal, {})]
+        for v in usable if p_internal > 0 else ():
+            for s in range(lo[v] + 1, hi[v] + 1):
+                weight = p_internal / len(usable) / (hi[v] - lo[v])
+                left = rec(2 * node, depth + 1, lo, {**hi, v: s - 1})
+                right = rec(2 * node + 1, depth + 1, {**lo, v: s}, hi)
+                for (pl, tl), (pr, tr) in itertools.product(left, right):
+                    out.append((weight * pl * pr, {node: (v, s), **tl, **tr}))
+        return out
+
+    return rec(1, 0, dict.fromkeys(range(p), 0), dict(enumerate(max_split)))
+
+
+def exact_tree_posterior(X, max_split, y, prec_weights):
+    """Posterior over tree structures, with the leaves integrated out by brute force."""
+    trees = enumerate_trees(max_split, FS_DEPTH, FS_BASE, FS_POWER)
+    n = X.shape[1]
+    w = np.ones(n) if prec_weights is None else prec_weights.astype(np.float64)
+    log_post = []
+    for prior, splits in trees:
+        leaf_of = np.ones(n, np.int64)
+        for _ in range(FS_DEPTH):
+            for i in range(n):
+                if leaf_of[i] in splits:
+                    v, s = splits[leaf_of[i]]
+                    leaf_of[i] = 2 * leaf_of[i] + (X[v, i] >= s)
+        loglik = 0.0
+        valid = True
+        for leaf in np.unique(leaf_of):
+            idx = leaf_of == leaf
+            valid &= idx.sum() >= FS_MIN_POINTS
+            # y_leaf ~ N(0, sigma^2 diag(1 / w) + tau^2 1 1^T)
+            cov = np.diag(FS_SIGMA2 / w[idx]) + FS_TAU2
+            loglik += stats.multivariate_normal(cov=cov).logpdf(y[idx].astype(np.float64))
+        # a split leaf with no points is a leaf too, but contributes 1 to the likelihood
+        n_leaves = len(splits) + 1
+        valid &= FS_MIN_POINTS == 0 or len(np.unique(leaf_of)) == n_leaves
+        log_post.append(np.log(prior) + loglik if valid else -np.inf)
+    log_post = np.array(log_post)
+    probs = np.exp(log_post - log_post.max())
+    return [splits for _, splits in trees], probs / probs.sum()
+
+
+def tree_codes(state, trees):
+    """Index in `trees` of the structure of each chain's (single) tree."""
+    index = {tuple(sorted(t.items())): i for i, t in enumerate(trees)}
+    var = np.asarray(state.forest.var_tree)[:, 0]
+    split = np.asarray(state.forest.split_tree)[:, 0]
+    codes = []
+    for v, s in zip(var, split, strict=True):
+        key = tuple((int(node), (int(v[node]), int(s[node]))) for node in np.flatnonzero(s))
+        codes.append(index[key])
+    return np.array(codes)
+
+
+def start_at(states, trees, codes):
+    """Set the single tree of each chain to ``trees[codes[c]]``, leaves 0, caches consistent."""
+    num_chains, _, half = states.forest.split_tree.shape
+    var = np.zeros((num_chains, half), np.int64)
+    split = np.zeros((num_chains, half), np.int64)
+    for c, code in enumerate(codes):
+        for node, (v, s) in trees[code].items():
+            var[c, node], split[c, node] = v, s
+    forest = states.forest
+    var = jnp.asarray(var, forest.var_tree.dtype)
+    split = jnp.asarray(split, forest.split_tree.dtype)
+    leaf_indices = grove.traverse_forest(states.X[0], var, split)  # (chains, n)
+    heap_size = forest.leaf_tree.shape[-1]
+    one_hot = leaf_indices[:, :, None] == jnp.arange(heap_size)
+    leaf_count = jnp.sum(one_hot, axis=1, dtype=jnp.int32)
+    leaf_prec = None
+    if forest.leaf_prec is not None:
+        leaf_prec = jnp.sum(one_hot * states.prec_weights[:, :, None], axis=1)
+    forest = forest._replace(
+        var_tree=var[:, None],
+        split_tree=split[:, None],
+        leaf_tree=jnp.zeros_like(forest.leaf_tree),
+        leaf_indices=leaf_indices[:, None],
+        leaf_count=leaf_count[:, None],
+        leaf_prec=None if leaf_prec is None else leaf_prec[:, None],
+    )
+    return states._replace(forest=forest, resid=states.y)
+
+
+FS_STATIONARY_SWEEPS = 300
+FS_STUMP_SWEEPS = 1200  # from stumps, p-values stop drifting after ~400 sweeps (unweighted)
+
+
+def posterior_test_pvalue(runner, data, weighted, start, seed):
+    X, max_split, y, prec_weights = data
+    prec_weights = prec_weights if weighted else None
+    trees, probs = exact_tree_posterior(X, max_split, y, prec_weights)
+    # the problem is not degenerate: several trees matter, the size rule binds
+    assert np.sort(probs)[-2] > 0.02
+    assert np.sum(probs == 0) >= 5
+    states = one_tree_chains(X, max_split, y, prec_weights)
+    if start == 'posterior':
+        rng = np.random.default_rng(seed)
+        states = start_at(states, trees, rng.choice(len(trees), size=FS_CHAINS, p=probs))
+        check_state(jax.tree.map(lambda a: a[0], states), FS_MIN_POINTS)
+        num_sweeps = FS_STATIONARY_SWEEPS
+    else:
+        num_sweeps = FS_STUMP_SWEEPS
+    for key in random.split(random.key(seed), num_sweeps // FS_SWEEPS):
+        states = runner(key, states)
+    return chi2_one_sample(tree_codes(states, trees), probs)
+
+
+@pytest.mark.parametrize(
+    ('weighted', 'start'),
+    [
+        (True, 'posterior'),
+        (False, 'posterior'),
+        pytest.param(False, 'stump', marks=pytest.mark.slow),
+    ],
+)
+def test_tree_posterior_exact(small_data, weighted, start):
+    """One tree, fixed sigma2: the exact posterior over tree structures is invariant.
+
+    This checks the likelihood part of the MH ratio (leaf sums, precisions,
+    counts of the proposed children) and the minimum leaf size rule, which
+    restricts the target to trees whose leaves all have enough points. The
+    posterior is concentrated, so mixing from stumps takes thousands of sweeps
+    with the weights; starting at exact posterior draws tests invariance
+    directly, and does not depend on mixing.
+    """
+    pvalue = posterior_test_pvalue(run_fixed_sigma2_chains, small_data, weighted, start, 11 + weighted)
+    assert pvalue > P_MIN
+
+
+def _log_marginal_without_logdet(resid_sum, prec_sum, inv_sigma2, inv_tau2):
+    post_prec = prec_sum * inv_sigma2 + inv_tau2
+    return 0.5 * (resid_sum * inv_sigma2) ** 2 / post_prec
+
+
+@pytest.mark.slow
+def test_tree_posterior_test_has_power(small_data, monkeypatch):
+    """A marginal likelihood that forgets its log-determinant term fails the posterior test."""
+    monkeypatch.setattr(mcmcstep, '_log_marginal', _log_marginal_without_logdet)
+    runner = make_fixed_sigma2_runner()
+    pvalue = posterior_test_pvalue(runner, small_data, True, 'posterior', 11)
+    assert pvalue < 1e-8
+
+
+@pytest.mark.parametrize('weighted', [True, False])
+def test_leaf_posterior_conjugate(small_data, weighted):
+    """A tree that can't split: its leaf is drawn from the closed-form Gaussian posterior."""
+    X, _, y, prec_weights = small_data
+    prec_weights = prec_weights if weighted else None
+    states = one_tree_chains(X, np.zeros(2, np.int64), y, prec_weights)
+    out = run_fixed_sigma2_chains(random.key(3 + weighted), states)
+    assert np.all(np.asarray(out.forest.split_tree) == 0)
+    leaf_tree = np.asarray(out.forest.leaf_tree)[:, 0]
+    assert np.all(leaf_tree[:, [0, *range(2, leaf_tree.shape[1])]] == 0)
+    draws = leaf_tree[:, 1].astype(np.float64)
+    np.testing.assert_allclose(np.asarray(out.resid), y - draws[:, None], atol=1e-5)
+
+    w = np.ones(len(y)) if prec_weights is None else prec_weights.astype(np.float64)
+    post_prec = 1 / FS_TAU2 + w.sum() / FS_SIGMA2
+    post_mean = (w * y).sum() / FS_SIGMA2 / post_prec
+    post_sd = post_prec**-0.5
+    n = draws.size
+    z_mean = (draws.mean() - post_mean) / (post_sd / np.sqrt(n))
+    z_var = (draws.var(ddof=1) / post_sd**2 - 1) / np.sqrt(2 / (n - 1))
+    assert abs(z_mean) < 4.5
+    assert abs(z_var) < 4.5
+    assert stats.kstest(draws, stats.norm(post_mean, post_sd).cdf).pvalue > P_MIN
+    # negative control: the closed form with the other weighting is rejected
+    w_other = small_data[3].astype(np.float64) if prec_weights is None else np.ones(len(y))
+    other_prec = 1 / FS_TAU2 + w_other.sum() / FS_SIGMA2
+    other = stats.norm((w_other * y).sum() / FS_SIGMA2 / other_prec, other_prec**-0.5)
+    assert stats.kstest(draws, other.cdf).pvalue < 1e-6
+
+
+@pytest.mark.parametrize(('weighted', 'padded'), [(False, False), (True, False), (True, True)])
+def test_sigma2_conjugate(small_data, weighted, padded):
+    """Given the residuals, sigma2 ~ InvGamma(alpha + n/2, beta + sum(w r^2)/2), n real points."""
+    X, max_split, y, prec_weights = small_data
+    prec_weights = prec_weights if weighted else None
+    valid = np.arange(len(y)) % 5 != 3 if padded else np.ones(len(y), bool)
+    alpha, beta = 2.0, 0.8
+    state = mcmcstep.init(
+        X=jnp.asarray(X),
+        max_split=jnp.asarray(max_split),
+        y=jnp.asarray(np.where(valid, y, 0)),
+        num_trees=1,
+        max_depth=FS_DEPTH,
+        leaf_prior_var=FS_TAU2,
+        sigma2_alpha=alpha,
+        sigma2_beta=beta,
+        prec_weights=None if prec_weights is None else jnp.asarray(prec_weights),
+        valid=jnp.asarray(valid) if padded else None,
+    )
+    draws = jax.jit(jax.vmap(lambda k: mcmcstep._draw_sigma2(k, state).sigma2))(random.split(random.key(0), 4000))
+    w = np.ones(len(y)) if prec_weights is None else prec_weights.astype(np.float64)
+    sq = (w * y.astype(np.float64) ** 2)[valid]
+    law = stats.invgamma(alpha + sq.size / 2, scale=beta + sq.sum() / 2)
+    assert stats.kstest(np.asarray(draws), law.cdf).pvalue > P_MIN
+
+
+# ---------------------------------------------------------------- bookkeeping on data
+
+
+def check_state(state, min_points, valid=None):
+    """The cached per-point and per-leaf quantities agree with the trees.
+
+    Points with ``valid`` False (padding) must sit at leaf index 0 and have
+    zero residual, so that they never enter a sum.
+    """
+    f = state.forest
+    var, split = np.asarray(f.var_tree), np.asarray(f.split_tree)
+    max_split = np.asarray(state.max_split)
+    check_split_ranges(var, split, max_split)
+    assert np.all(var < max_split.size)
+    valid = np.ones(state.X.shape[1], bool) if valid is None else np.asarray(valid)
+    leaf_indices = np.asarray(f.leaf_indices)
+    traversed = np.asarray(grove.traverse_forest(state.X, f.var_tree, f.split_tree))
+    np.testing.assert_array_equal(leaf_indices, np.where(valid, traversed, 0))
+    heap_size = f.leaf_tree.shape[1]
+    counts = np.stack([np.bincount(row[valid], minlength=heap_size) for row in leaf_indices])
+    np.testing.assert_array_equal(f.leaf_count, counts)
+    if f.leaf_prec is not None:
+        pw = np.asarray(state.prec_weights, np.float64)[valid]
+        prec = np.stack([np.bincount(row[valid], weights=pw, minlength=heap_size) for row in leaf_indices])
+        np.testing.assert_allclose(f.leaf_prec, prec, rtol=1e-4, atol=1e-3)
+    leaf = np.asarray(grove.is_leaf(f.split_tree))
+    assert np.all(np.asarray(f.leaf_tree)[~leaf] == 0)
+    assert np.all(counts[leaf] >= min_points)
+    target = np.asarray(state.y if state.z is None else state.z)
+    trees = TreeHeaps(f.var_tree, f.split_tree, f.leaf_tree)
+    fx = np.asarray(grove.evaluate_forest(state.X, trees))
+    resid = np.asarray(state.resid)
+    np.testing.assert_allclose(resid[valid], target[valid] - fx[valid], atol=1e-4)
+    assert np.all(resid[~valid] == 0)
+    assert np.isfinite(state.sigma2) and state.sigma2 > 0
+
+
+DATA_N, DATA_TREES, DATA_DEPTH, DATA_MIN_POINTS = 200, 20, 6, 5
+
+
+def data_state(seed, *, binary=False, weighted=False, valid=None, n=DATA_N):
+    rng = np.random.default_rng(seed)
+    max_split = np.array([10, 10, 3, 1, 20])
+    X = np.stack([rng.integers(0, m + 1, size=n) for m in max_split]).astype(np.uint8)
+    f = np.sin(X[0] / 3) + 0.3 * X[1] * (X[2] > 1) / 10 - 0.5 * X[3]
+    y = f + rng.normal(scale=0.3, size=n)
+    kw = {}
+    if binary:
+        y = y > np.median(y)
+        kw['probit_threshold'] = -0.2
+    else:
+        y = (y - y.mean()).astype(np.float32)
+        kw.update(sigma2_alpha=1.5, sigma2_beta=0.05)
+    if weighted:
+        kw['prec_weights'] = jnp.asarray(rng.uniform(0.5, 2.0, size=n), jnp.float32)
+    if valid is not None:
+        y = np.where(valid, y, 0)
+        kw['valid'] = jnp.asarray(valid)
+    return mcmcstep.init(
+        X=jnp.asarray(X),
+        max_split=jnp.asarray(max_split),
+        y=jnp.asarray(y),
+        num_trees=DATA_TREES,
+        max_depth=DATA_DEPTH,
+        leaf_prior_var=0.1,
+        min_points_per_leaf=DATA_MIN_POINTS,
+        **kw,
+    )
+
+
+DATA_CHUNK = 25
+
+
+@jax.jit
+def run_data_chunk(key, state):
+    def body(state, key):
+        state, info = mcmcstep.step(key, state)
+        return state, info
+
+    return lax.scan(body, state, random.split(key, DATA_CHUNK))
+
+
+def test_bookkeeping_weighted_padded():
+    """Cached leaf indices, counts, precisions and residuals stay consistent.
+
+    A few points are padding (``valid`` False, as when the data are split
+    among devices): they must stay out of every leaf.
+    """
+    valid = np.ones(DATA_N, bool)
+    valid[np.random.default_rng(0).choice(DATA_N, size=8, replace=False)] = False
+    state = data_state(0, weighted=True, valid=valid)
+    check_state(state, 0, valid)
+    accepted = 0
+    for key in random.split(random.key(0), 4):
+        state, info = run_data_chunk(key, state)
+        accepted += int(np.sum(info.grow_accepted) + np.sum(info.prune_accepted))
+        check_state(state, DATA_MIN_POINTS, valid)
+    assert accepted > 50
+    assert np.max(grove.forest_depth(state.forest.split_tree)) >= 2
+
+
+@pytest.mark.slow
+def test_padding_does_not_change_the_chain():
+    """Padding points at the end gives the same chain as no padding: no draw depends on n."""
+    n_pad = 8
+    unpadded = data_state(4, n=DATA_N - n_pad)
+    valid = np.arange(DATA_N) < DATA_N - n_pad
+    padded = data_state(4, valid=valid)
+    padded = padded._replace(
+        X=padded.X.at[:, : DATA_N - n_pad].set(unpadded.X),
+        y=padded.y.at[: DATA_N - n_pad].set(unpadded.y),
+        resid=padded.resid.at[: DATA_N - n_pad].set(unpadded.resid),
+    )
+    a, _ = run_data_chunk(random.key(4), unpadded)
+    b, _ = run_data_chunk(random.key(4), padded)
+    check_state(b, DATA_MIN_POINTS, valid)
+    np.testing.assert_array_equal(a.forest.split_tree, b.forest.split_tree)
+    np.testing.assert_array_equal(a.forest.var_tree, b.forest.var_tree)
+    np.testing.assert_allclose(a.forest.leaf_tree, b.forest.leaf_tree, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a.sigma2, b.sigma2, rtol=1e-4)
+
+
+def test_probit_latent_truncation():
+    """The probit latents are above the threshold exactly where y is true."""
+    state = data_state(1, binary=True)
+    assert state.sigma2_alpha is None
+    threshold = float(state.probit_threshold)
+    y = np.asarray(state.y)
+    assert np.all((np.asarray(state.z) > threshold) == y)
+    for key in random.split(random.key(1), 2):
+        state, _ = run_data_chunk(key, state)
+        z = np.asarray(state.z)
+        assert np.all(np.isfinite(z))
+        np.testing.assert_array_equal(z > threshold, y)
+        assert float(state.sigma2) == 1.0
+        check_state(state, DATA_MIN_POINTS)
+
+
+@pytest.fixture(scope='module')
+def latent_state():
+    y = jnp.array([True, False, True, False, True, False])
+    X = jnp.zeros((1, y.size), jnp.uint8)
+    state = mcmcstep.init(X=X, max_split=jnp.array([1]), y=y, num_trees=1, leaf_prior_var=0.1, probit_threshold=0.3)
+    return state
+
+
+def draw_latents(state, mean, num_draws, seed):
+    state = state._replace(resid=state.z - jnp.asarray(mean, jnp.float32))
+    draw = jax.jit(jax.vmap(lambda k: mcmcstep._draw_latent(k, state).z))
+    return np.asarray(draw(random.split(random.key(seed), num_draws)))
+
+
+def test_probit_latent_law(latent_state):
+    """Each latent is N(mean, 1) truncated to its side of the threshold."""
+    mean = np.array([-1.0, -1.0, 0.3, 0.3, 2.5, -3.0])
+    z = draw_latents(latent_state, mean, 4000, 0)
+    threshold = 0.3
+    y = np.asarray(latent_state.y)
+    for i in range(len(mean)):
+        a, b = (threshold - mean[i], np.inf) if y[i] else (-np.inf, threshold - mean[i])
+        law = stats.truncnorm(a, b, loc=mean[i])
+        assert stats.kstest(z[:, i], law.cdf).pvalue > P_MIN, i
+
+
+def test_probit_latent_far_tail(latent_state):
+    """Far in the tail (the exponential approximation), latents stay on their side."""
+    threshold = 0.3
+    y = np.asarray(latent_state.y)
+    a = np.array([6.0, 6.0, 12.0, 12.0, 29.0, 29.0])  # standardised distance to the wrong side
+    mean = np.where(y, threshold - a, threshold + a)
+    z = draw_latents(latent_state, mean, 4000, 2)
+    assert np.all(np.isfinite(z))
+    np.testing.assert_array_equal(z > threshold, np.broadcast_to(y, z.shape))
+    excess = np.abs(z - threshold)  # eps - a, exact mean phi(a) / Phi(-a) - a ~ 1/a
+    exact = stats.norm.pdf(a) / stats.norm.sf(a) - a
+    np.testing.assert_allclose(excess.mean(axis=0), exact, rtol=0.1)
+
+
+def test_probit_latent_beyond_clip(latent_state):
+    threshold = 0.3
+    y = np.asarray(latent_state.y)
+    mean = np.where(y, threshold - 40.0, threshold + 40.0)
+    z = draw_latents(latent_state, mean, 10, 1)
+    np.testing.assert_array_equal(z > threshold, np.broadcast_to(y, z.shape))
+
+
+# ---------------------------------------------------------------- determinism, tracing
+
+
+def test_step_deterministic_and_traces_once():
+    traces = 0
+
+    def counted_step(key, state):
+        nonlocal traces
+        traces += 1
+        return mcmcstep.step(key, state)
+
+    step = jax.jit(counted_step)
+    init = data_state(2)
+
+    def run(seed, state, num_steps=15):
+        for key in random.split(random.key(seed), num_steps):
+            state, _ = step(key, state)
+        return state
+
+    a = run(0, init)
+    b = run(0, init)
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+    c = run(1, init)
+    assert not np.array_equal(a.resid, c.resid)
+    check_state(a, DATA_MIN_POINTS)
+    # new hyperparameter values are new array values, not new shapes
+    hyper = a._replace(
+        leaf_prior_var=jnp.float32(0.05),
+        sigma2_alpha=jnp.float32(3.0),
+        sigma2_beta=jnp.float32(0.1),
+        p_nonterminal=jnp.asarray(a.p_nonterminal) * 0.5,
+        min_points_per_leaf=jnp.int32(3),
+        log_s=jnp.asarray(a.log_s) + 1.0,
+    )
+    run(2, hyper, 2)
+    assert traces == 1
