@@ -658,7 +658,10 @@ def gbart(
 
     # ---- devices: chains and/or data points over a mesh
     if mesh is None:
-        mesh = sharding.auto_mesh(mc_cores, devices) if devices is None or len(devices) > 1 else None
+        if devices is not None and len(devices) == 1:
+            mesh = sharding.make_mesh(1, 1, devices)
+        else:
+            mesh = sharding.auto_mesh(mc_cores, devices)
     num_data_devices = mesh.shape['data'] if mesh is not None else 1
     if mesh is not None and mc_cores % mesh.shape['chains']:
         msg = f"mc_cores={mc_cores} must be a multiple of the number of chain devices ({mesh.shape['chains']})"
@@ -703,7 +706,7 @@ def gbart(
     )
     del state
     # (draws, chains, ...) -> chain after chain, as R's mc.gbart
-    trace = jax.tree.map(lambda a: np.asarray(a), trace)
+    trace = jax.tree.map(sharding.to_host, trace)
     per_chain = int(trace.leaf_tree.shape[0])
     trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1).reshape(-1, *a.shape[2:]), trace)
     if trace.fit_train is not None:

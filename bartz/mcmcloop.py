@@ -18,7 +18,7 @@ import numpy as np
 from jax import lax, random
 from jax import numpy as jnp
 
-from bartz import grove, mcmcstep
+from bartz import grove, mcmcstep, sharding
 
 __all__ = ['Trace', 'RunInfo', 'run_mcmc', 'state_specs']
 
@@ -313,10 +313,10 @@ def run_mcmc(
                 jnp.int32(n_skip),
                 jnp.int32(n_burn // 2 if dart_start is None else dart_start),
             )
-            info = jax.device_get(info)
+            info = jax.tree.map(sharding.to_host, info)
             if n_burn_now:
                 if not is_binary:
-                    burn_sigma2.append(np.asarray(sigma2s[:n_burn_now]))
+                    burn_sigma2.append(sharding.to_host(sigma2s)[:n_burn_now])
             else:
                 traces.append(jax.tree.map(lambda b: b[:n_draws_now], buffer))
             chunk_iters = n_burn_now + n_draws_now * n_skip

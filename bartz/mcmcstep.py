@@ -517,11 +517,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         post_mean = sums * inv_sigma2 / post_prec
         new_values = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
 
-        def moved_indices():
-            moved = jnp.where(move.grow, proposed, jnp.where((idx >> 1) == node, node, idx))
-            return lax.dynamic_update_index_in_dim(leaf_indices, moved.astype(jnp.uint8), j, 0)
-
-        leaf_indices = lax.cond(accept, moved_indices, lambda: leaf_indices)
+        # (not lax.cond: under vmap over chains it would select between two
+        # copies of the whole (chains, m, n) array at every tree)
+        moved = jnp.where(move.grow, proposed, jnp.where((idx >> 1) == node, node, idx))
+        new_idx = jnp.where(accept, moved, idx).astype(jnp.uint8)
+        leaf_indices = lax.dynamic_update_index_in_dim(leaf_indices, new_idx, j, 0)
         carry = (tree_resid, leaf_indices, new_values, j)
         return carry, (new_values, count, prec if weighted else None, accept, allowed)
 

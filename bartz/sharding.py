@@ -13,6 +13,7 @@ The same code runs on several CPU devices (virtual ones with
 after ``jax.distributed.initialize()``, several hosts.
 """
 
+import functools
 import math
 
 import jax
@@ -22,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bartz import grove
 
-__all__ = ['auto_mesh', 'make_mesh', 'padded_length', 'evaluate_trace_sharded']
+__all__ = ['auto_mesh', 'evaluate_trace_sharded', 'make_mesh', 'padded_length', 'to_host']
 
 
 def make_mesh(num_chain_devices: int = 1, num_data_devices: int = 1, devices=None) -> Mesh:
@@ -77,14 +78,34 @@ def evaluate_trace_sharded(X, trace: grove.TreeHeaps, mesh: Mesh, **kwargs):
     npad = padded_length(n, num_devices)
     X = jnp.pad(jnp.asarray(X), ((0, 0), (0, npad - n)))
     X = jax.device_put(X, NamedSharding(mesh, P(None, axes)))
-    kind = kwargs.get('kind', 'draws')
-    out_spec = P(None, axes) if kind == 'draws' else P(axes)
+    link_params = tuple(jnp.asarray(v, jnp.float32) for v in kwargs.pop('link_params', ()))
+    f = _sharded_evaluator(mesh, tuple(sorted(kwargs.items())))
+    out = f(X, trace, link_params)
+    return to_host(out)[..., :n]
+
+
+@functools.cache
+def _sharded_evaluator(mesh: Mesh, options: tuple):
+    """One jitted sharded evaluator per mesh and static options, so that
+    repeated predictions do not recompile."""
+    P = PartitionSpec
+    axes = ('chains', 'data')
+    kwargs = dict(options)
+    out_spec = P(None, axes) if kwargs.get('kind', 'draws') == 'draws' else P(axes)
     f = jax.shard_map(
-        lambda X, trace: grove.evaluate_trace(X, trace, **kwargs),
+        lambda X, trace, link_params: grove.evaluate_trace(X, trace, link_params=link_params, **kwargs),
         mesh=mesh,
-        in_specs=(P(None, axes), P()),
+        in_specs=(P(None, axes), P(), P()),
         out_specs=out_spec,
         check_vma=False,
     )
-    out = jax.jit(f)(X, trace)
-    return out[..., :n]
+    return jax.jit(f)
+
+
+def to_host(x):
+    """Fetch an array to a numpy array, also when it spans several hosts."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils  # noqa: PLC0415
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
