@@ -619,7 +619,7 @@ def gbart(
     if rm_const:
         kept = np.asarray(prepcovars.usable_predictors(splits.max_split))
         if not kept.all():
-            dropped = [columns[j] if columns else j for j in np.flatnonzero(~kept)]
+            dropped = [columns[j] if columns else int(j) for j in np.flatnonzero(~kept)]
             if printevery is not None:
                 print(f'bartz: rm_const dropped {len(dropped)} predictor(s) with no usable cut-point: {dropped}')
             splits = prepcovars.drop_predictors(splits, kept)

@@ -495,13 +495,21 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         grew = accept & move.grow
         pruned = accept & ~move.grow
 
-        # leaf statistics of the final structure
+        # leaf statistics of the final structure, written as elementwise
+        # expressions over the heap (one fused kernel each, not a chain of
+        # scatters: at small n the per-kernel overhead dominates)
+        slot = jnp.arange(heap_size)
+        at_node = slot == node
+        at_child = (slot >> 1) == node
+        at_left = slot == child
         merged = jnp.where(move.grow, ~accept, accept)
-        sums = sums.at[node].add(jnp.where(merged, sum_left + sum_right, 0.0))
+        sums = sums + jnp.where(at_node & merged, sum_left + sum_right, 0.0)
 
         def update(stat, left, right):
-            stat = jnp.where(grew, stat.at[node].set(0).at[child].set(left).at[child + 1].set(right), stat)
-            return jnp.where(pruned, stat.at[node].set(left + right).at[child].set(0).at[child + 1].set(0), stat)
+            grown = jnp.where(at_node, 0, jnp.where(at_left, left, right))
+            pruned_stat = jnp.where(at_node, left + right, 0)
+            stat = jnp.where(grew & (at_node | at_child), grown, stat)
+            return jnp.where(pruned & (at_node | at_child), pruned_stat, stat).astype(stat.dtype)
 
         count = update(count, count_left, count_right)
         if weighted:
@@ -510,8 +518,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         else:
             prec_final = count.astype(jnp.float32)
         leaf = move.leaf
-        leaf = jnp.where(grew, leaf.at[node].set(False).at[child].set(True).at[child + 1].set(True), leaf)
-        leaf = jnp.where(pruned, leaf.at[node].set(True).at[child].set(False).at[child + 1].set(False), leaf)
+        leaf = jnp.where(grew & (at_node | at_child), at_child, leaf)
+        leaf = jnp.where(pruned & (at_node | at_child), at_node, leaf)
 
         post_prec = prec_final * inv_sigma2 + inv_tau2
         post_mean = sums * inv_sigma2 / post_prec
