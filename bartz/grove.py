@@ -93,6 +93,15 @@ def is_nog(split_tree: jax.Array) -> jax.Array:
     return (split_tree != 0) & left & right
 
 
+def _rowwise_take(table: jax.Array, index: jax.Array) -> jax.Array:
+    """``table[i, index[i, j]]`` for a small ``(m, k)`` table: a flat gather
+    (``take_along_axis`` builds an ``(m, n, 2)`` index array, which XLA
+    constant-folds into a large buffer read at every call)."""
+    num_rows, row_len = table.shape
+    offset = (jnp.arange(num_rows, dtype=jnp.int32) * row_len)[:, None]
+    return table.reshape(-1)[index + offset]
+
+
 def traverse_forest(
     X: jax.Array, var_tree: jax.Array, split_tree: jax.Array
 ) -> jax.Array:
@@ -118,8 +127,8 @@ def traverse_forest(
     split_tree = split_tree.astype(jnp.int32)
     var_tree = var_tree.astype(jnp.int32)
     for _ in range(depth - 1):
-        split = jnp.take_along_axis(split_tree, node, axis=1)
-        var = jnp.take_along_axis(var_tree, node, axis=1)
+        split = _rowwise_take(split_tree, node)
+        var = _rowwise_take(var_tree, node)
         x = X[var, point].astype(jnp.int32)
         node = jnp.where(split != 0, 2 * node + (x >= split), node)
     return node.astype(jnp.uint8)
@@ -128,7 +137,7 @@ def traverse_forest(
 def evaluate_forest(X: jax.Array, trees: TreeHeaps) -> jax.Array:
     """Sum of the leaf values of all trees at each point, shape ``(n,)``."""
     leaf_indices = traverse_forest(X, trees.var_tree, trees.split_tree)
-    values = jnp.take_along_axis(trees.leaf_tree, leaf_indices.astype(jnp.int32), axis=1)
+    values = _rowwise_take(trees.leaf_tree, leaf_indices.astype(jnp.int32))
     return values.sum(axis=0)
 
 
@@ -173,6 +182,7 @@ def var_count_scatter(var_tree: jax.Array, split_tree: jax.Array, num_vars: int)
 # bytes of temporaries per (point, tree) in the trace evaluation
 _TEMP_BYTES_PER_POINT_TREE = 16
 DEFAULT_MAX_MEMORY = 256 * 2**20
+_CACHE_FRIENDLY_BYTES = 32 * 2**20
 _LINKS = (None, 'affine', 'probit')
 
 
@@ -242,7 +252,7 @@ def _trace_sums(X, trace: TreeHeaps, kind, link, link_params):
     def body(carry, trees):
         leaf_indices, prev_var, prev_split, acc = carry
         leaf_indices = _update_leaf_indices(X, leaf_indices, prev_var, prev_split, trees.var_tree, trees.split_tree)
-        values = jnp.take_along_axis(trees.leaf_tree, leaf_indices.astype(jnp.int32), axis=1)
+        values = _rowwise_take(trees.leaf_tree, leaf_indices.astype(jnp.int32))
         f = apply_link(jnp.sum(values, axis=0))
         if kind == 'mean':
             return (leaf_indices, trees.var_tree, trees.split_tree, acc + f), None
@@ -270,6 +280,8 @@ def _evaluate_trace_jit(X, trace, link_params, *, kind, link, max_memory):
     io_per_point = p * X.dtype.itemsize + out_per_point
     temp_per_point = _TEMP_BYTES_PER_POINT_TREE * num_trees
     points_per_batch = max(1, max_memory // (io_per_point + temp_per_point))
+    # larger batches do not go faster: the per-draw temporaries fall out of cache
+    points_per_batch = min(points_per_batch, max(1, _CACHE_FRIENDLY_BYTES // temp_per_point))
     max_io_nbytes = max(points_per_batch * io_per_point, 1)
 
     def per_batch(X, trace, link_params):
@@ -310,7 +322,8 @@ def evaluate_trace(
         Approximate bound in bytes on the memory used at once by the batched
         inputs, outputs and temporaries (not counting `X` and the trace
         themselves, nor the full output). Points are processed in batches
-        that respect it, through `bartz.jaxext.autobatch`.
+        that respect it, through `bartz.jaxext.autobatch` (and of at most
+        about 32 MiB of temporaries, which keeps them in cache).
     link
         Applied to each draw's sum of trees ``f`` before it is returned or
         averaged: None (identity), ``'affine'`` (``offset + scale * f``, with
