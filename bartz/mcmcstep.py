@@ -324,13 +324,20 @@ def _num_exhausted(var_tree, split_tree, max_split, heap_size):
     return newly.astype(jnp.int32) + jnp.sum(on_path, axis=1, dtype=jnp.int32)
 
 
-def _propose_tree(key, var_tree, split_tree, max_split, log_s, p_nonterminal):
+def _propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
     """Propose a move for one tree (the data enter in the sweep)."""
     half = split_tree.shape[0]
     heap_size = 2 * half
     depth_of = jnp.asarray(grove.node_depths(heap_size))
     nodes = jnp.arange(heap_size)
-    key_move, key_leaf, key_var, key_split, key_nog = random.split(key, 5)
+    # all the randomness of the proposal from one row of uniforms (one RNG
+    # call for the forest: RNG calls dominate the cost of this phase on CPU)
+    p = max_split.shape[0]
+    u_move, u_split = u[0], u[1]
+    gumbel = -jnp.log(-jnp.log(u[2:]))
+    gumbel_leaf = gumbel[:heap_size]
+    gumbel_nog = gumbel[heap_size : 2 * heap_size]
+    gumbel_var = gumbel[2 * heap_size : 2 * heap_size + p]
 
     internal = grove.is_internal(split_tree)
     leaf = grove.is_leaf(split_tree)
@@ -344,13 +351,12 @@ def _propose_tree(key, var_tree, split_tree, max_split, log_s, p_nonterminal):
     num_nog = jnp.sum(nog)
 
     p_grow = jnp.where(num_nog == 0, 1.0, jnp.where(num_growable == 0, 0.0, 0.5))
-    grow = random.uniform(key_move) < p_grow
+    grow = u_move < p_grow
     possible = (num_growable > 0) | (num_nog > 0)
 
     # GROW: leaf, variable, split index
-    leaf_node = random.categorical(key_leaf, jnp.where(growable, 0.0, -jnp.inf))
+    leaf_node = jnp.argmax(jnp.where(growable, gumbel_leaf, -jnp.inf))
     d = depth_of[leaf_node]
-    p = max_split.shape[0]
     anc, valid, right = _ancestor_tables(heap_size)
     path_var = var_tree.astype(jnp.int32)[jnp.asarray(anc)[leaf_node]]  # (L,)
     path_cut = split_tree.astype(jnp.int32)[jnp.asarray(anc)[leaf_node]]
@@ -360,10 +366,10 @@ def _propose_tree(key, var_tree, split_tree, max_split, log_s, p_nonterminal):
     var_lo = jnp.max(jnp.where(on_var & path_right, path_cut, 0), axis=1)
     var_hi = jnp.min(jnp.where(on_var & ~path_right, path_cut - 1, max_split[:, None]), axis=1)
     num_splits = var_hi - var_lo  # (p,)
-    var = random.categorical(key_var, jnp.where(num_splits > 0, log_s, -jnp.inf))
+    var = jnp.argmax(jnp.where(num_splits > 0, log_s + gumbel_var, -jnp.inf))
     lo_v = var_lo[var]
     hi_v = var_hi[var]
-    split = lo_v + 1 + jnp.floor(random.uniform(key_split) * (hi_v - lo_v)).astype(jnp.int32)
+    split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
     split = jnp.minimum(split, hi_v)
     avail_left = n_avail[leaf_node] - (split - 1 <= lo_v)
     avail_right = n_avail[leaf_node] - (hi_v <= split)
@@ -385,7 +391,7 @@ def _propose_tree(key, var_tree, split_tree, max_split, log_s, p_nonterminal):
     )
 
     # PRUNE: node whose children are both leaves
-    prune_node = random.categorical(key_nog, jnp.where(nog, 0.0, -jnp.inf))
+    prune_node = jnp.argmax(jnp.where(nog, gumbel_nog, -jnp.inf))
     child = 2 * prune_node
     p_split_node = p_split[prune_node]
     pruned_growable = num_growable - growable[child] - growable[child + 1] + 1
@@ -417,9 +423,12 @@ def propose_moves(key, state: State) -> Moves:
     """Propose a GROW or PRUNE for every tree at once."""
     forest = state.forest
     num_trees = forest.split_tree.shape[0]
-    keys = random.split(key, num_trees)
+    heap_size = 2 * forest.split_tree.shape[1]
+    p = state.max_split.shape[0]
+    tiny = jnp.finfo(jnp.float32).tiny
+    u = random.uniform(key, (num_trees, 2 + 2 * heap_size + p), minval=tiny, maxval=1.0)
     return jax.vmap(_propose_tree, in_axes=(0, 0, 0, None, None, None))(
-        keys, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal
+        u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal
     )
 
 
