@@ -447,9 +447,10 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     """Accept/reject the moves and redraw the leaves, one tree after the other."""
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
-    key_accept, key_leaves = random.split(key)
-    log_u = jnp.log(random.uniform(key_accept, (num_trees,), minval=jnp.finfo(jnp.float32).tiny))
-    noise = random.normal(key_leaves, (num_trees, heap_size))
+    # one RNG call: the acceptance uniforms and the leaf noise (by inverse cdf)
+    u = random.uniform(key, (num_trees, 1 + heap_size), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+    log_u = jnp.log(u[:, 0])
+    noise = ndtri(u[:, 1:])
     inv_sigma2 = 1.0 / state.sigma2
     inv_tau2 = 1.0 / state.leaf_prior_var
     X = state.X
@@ -474,7 +475,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         proposed = jnp.where(move.grow & (idx == node), child + (x >= move.split), idx)
         weighted_resid = tree_resid * prec_weights if weighted else tree_resid
         sums = jnp.zeros(heap_size, jnp.float32).at[proposed].add(weighted_resid)
-        grow_left = jnp.sum(proposed == child, dtype=jnp.int32)
+        if proposed.shape[0] <= 2**24:
+            # a float sum of 0/1 is exact up to 2**24 and faster than XLA's int reduction
+            grow_left = jnp.sum(jnp.where(proposed == child, 1.0, 0.0)).astype(jnp.int32)
+        else:
+            grow_left = jnp.sum(proposed == child, dtype=jnp.int32)
         if weighted:
             grow_prec_left = jnp.sum(jnp.where(proposed == child, prec_weights, 0.0))
             sums, grow_left, grow_prec_left = _psum((sums, grow_left, grow_prec_left), data_axis)
