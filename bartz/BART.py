@@ -62,6 +62,12 @@ def _check_int(name, value, minimum, *, allow_none=False):
     return int(value)
 
 
+def _check_bool(name, value):
+    if not isinstance(value, bool | np.bool_):
+        msg = f'{name} must be True or False, got {value!r}'
+        raise TypeError(msg)
+
+
 def _check_real(name, value, *, low=None, high=None, low_open=True, high_open=True, allow_none=False):
     if value is None and allow_none:
         return None
@@ -526,12 +532,8 @@ def gbart(
         msg = f"type must be 'wbart' or 'pbart', got {type!r}"
         raise ValueError(msg)
     is_binary = type == 'pbart'
-    if not isinstance(sparse, bool | np.bool_):
-        msg = f'sparse must be True or False, got {sparse!r}'
-        raise TypeError(msg)
-    if not isinstance(augment, bool | np.bool_):
-        msg = f'augment must be True or False, got {augment!r}'
-        raise TypeError(msg)
+    _check_bool('sparse', sparse)
+    _check_bool('augment', augment)
     if augment:
         msg = "augment=True (R's data augmentation for DART) is not implemented in bartz"
         raise NotImplementedError(msg)
@@ -564,15 +566,9 @@ def gbart(
     sigest = _check_real('sigest', sigest, low=0, allow_none=True)
     tau_num = _check_real('tau_num', tau_num, low=0, allow_none=True)
     offset = _check_real('offset', offset, allow_none=True)
-    if not isinstance(usequants, bool | np.bool_):
-        msg = f'usequants must be True or False, got {usequants!r}'
-        raise TypeError(msg)
-    if not isinstance(rm_const, bool | np.bool_):
-        msg = f'rm_const must be True or False, got {rm_const!r}'
-        raise TypeError(msg)
-    if not isinstance(save_yhat_train, bool | np.bool_):
-        msg = f'save_yhat_train must be True or False, got {save_yhat_train!r}'
-        raise TypeError(msg)
+    _check_bool('usequants', usequants)
+    _check_bool('rm_const', rm_const)
+    _check_bool('save_yhat_train', save_yhat_train)
 
     x, columns = _as_matrix('x_train', x_train)
     n, p = x.shape

@@ -48,9 +48,7 @@ if '--no-virtual-devices' not in sys.argv and _FLAG not in os.environ.get('XLA_F
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import platform  # noqa: E402
-import resource  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
@@ -59,48 +57,16 @@ import numpy as np  # noqa: E402
 from jax import lax, random  # noqa: E402
 from jax import numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
-from scipy import stats  # noqa: E402
 
-from bartz import grove, mcmcloop, mcmcstep, prepcovars, sharding  # noqa: E402
+from bartz import grove, mcmcloop, mcmcstep, sharding  # noqa: E402
+# the data and the gbart-like initial state are speed.py's, in the same folder
+from speed import build_state, friedman1, peak_rss_mib  # noqa: E402
 
 SECTIONS = ('chains', 'data')
 MIB = 2**20
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def friedman1(n, p, rng):
-    """Friedman #1: 10 sin(pi x1 x2) + 20 (x3 - 1/2)^2 + 10 x4 + 5 x5 + N(0, 1)."""
-    x = rng.uniform(size=(n, p))
-    f = 10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3] + 5 * x[:, 4]
-    return x, f + rng.normal(size=n)
-
-
-def build_state(x, y, ntree):
-    """One-chain initial state with gbart's default priors (numcut 100,
-    standardised y, OLS sigest, sigdf 3, sigquant 0.9, k 2, maxdepth 6)."""
-    splits = prepcovars.compute_splits(x, numcut=100)
-    X = prepcovars.bin_predictors_np(x, splits.splits)
-    n = len(y)
-    offset, scale = y.mean(), float(np.std(y))
-    design = np.column_stack([np.ones(n), x])
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    sigest = float(np.sqrt(np.sum((y - design @ coef) ** 2) / max(n - design.shape[1], 1)))
-    sigdf, sigquant, k = 3.0, 0.9, 2.0
-    lambda_ = sigest**2 * stats.chi2.ppf(1 - sigquant, sigdf) / sigdf
-    tau = (y.max() - y.min()) / 2 / (k * math.sqrt(ntree)) / scale
-    return mcmcstep.init(
-        X=X,
-        max_split=splits.max_split,
-        y=((y - offset) / scale).astype(np.float32),
-        num_trees=ntree,
-        leaf_prior_var=tau**2,
-        sigma2_alpha=sigdf / 2,
-        sigma2_beta=sigdf * lambda_ / 2 / scale**2,
-        sigma2_init=(sigest / scale) ** 2,
-        min_points_per_leaf=5,
-    ), scale
 
 
 def place(state, mesh):
@@ -135,11 +101,6 @@ def make_runner(num_chains, mesh):
         return lax.fori_loop(start, start + k, lambda i, s: step(random.fold_in(key, i), s)[0], state)
 
     return jax.jit(run, donate_argnums=(1,))
-
-
-def peak_rss_mib():
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kib / (1024 if sys.platform != 'darwin' else 1024**2)
 
 
 def measure(state, num_chains, mesh, cfg, warmup):
@@ -191,7 +152,7 @@ def measure(state, num_chains, mesh, cfg, warmup):
 def bench_chains(cfg):
     rng = np.random.default_rng(0)
     x, y = friedman1(cfg.n, cfg.p, rng)
-    one, scale = build_state(x, y, cfg.ntree)
+    one, scale = build_state(x, y, cfg.ntree), float(np.std(y))
     rows = []
     for c in cfg.chains:
         placements = [('one device (vmap)', None)]
@@ -209,7 +170,7 @@ def bench_chains(cfg):
 def bench_data(cfg):
     rng = np.random.default_rng(1)
     x, y = friedman1(cfg.big_n, cfg.p, rng)
-    one, scale = build_state(x, y, cfg.big_ntree)
+    one, scale = build_state(x, y, cfg.big_ntree), float(np.std(y))
     del x
     rows = []
     for k in cfg.data_devices:
