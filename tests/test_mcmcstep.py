@@ -695,6 +695,39 @@ def test_bookkeeping_weighted_padded():
     assert np.max(grove.forest_depth(state.forest.split_tree)) >= 2
 
 
+@pytest.mark.parametrize('weighted', [False, True])
+def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
+    """Large-n code paths of the sweep give the same chain as the plain one.
+
+    On CPU with many points, the sweep splits the data into blocks processed
+    by independent kernels and spreads its scatter-add over several copies
+    of the bins (`mcmcstep._data_blocks`, `mcmcstep._leaf_sums`). Forced
+    here at small n (3 uneven blocks, lanes at any n), they must give the
+    same trees and, up to float rounding, the same values; the cached
+    quantities must stay consistent.
+    """
+    valid = np.ones(DATA_N, bool)
+    valid[[3, 77, 150]] = False  # padding inside the blocks
+    state = data_state(5, weighted=weighted, valid=valid)
+
+    def run(state):
+        # a fresh function, so that jit traces again with the patched module
+        return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(5), state)
+
+    plain, _ = run(state)
+    monkeypatch.setattr(mcmcstep, '_data_blocks', lambda n: [(0, 61), (61, 140), (140, n)])
+    monkeypatch.setattr(mcmcstep, '_SCATTER_LANES_MIN_POINTS', 0)
+    blocked, info = run(state)
+    check_state(blocked, DATA_MIN_POINTS, valid)
+    assert int(np.sum(info.grow_accepted)) > 10
+    np.testing.assert_array_equal(plain.forest.split_tree, blocked.forest.split_tree)
+    np.testing.assert_array_equal(plain.forest.var_tree, blocked.forest.var_tree)
+    np.testing.assert_array_equal(plain.forest.leaf_indices, blocked.forest.leaf_indices)
+    np.testing.assert_allclose(plain.forest.leaf_tree, blocked.forest.leaf_tree, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(plain.resid, blocked.resid, atol=1e-4)
+    np.testing.assert_allclose(plain.sigma2, blocked.sigma2, rtol=1e-4)
+
+
 @pytest.mark.slow
 def test_padding_does_not_change_the_chain():
     """Padding points at the end gives the same chain as no padding: no draw depends on n."""
