@@ -329,20 +329,32 @@ def _num_exhausted(var_tree, split_tree, max_split, heap_size):
     return newly.astype(jnp.int32) + jnp.sum(on_path, axis=1, dtype=jnp.int32)
 
 
+def _choose(mask, u):
+    """Index of a uniformly chosen True entry of `mask` (0 if none), from one
+    uniform ``u`` in (0, 1): the ``floor(u * count)``-th True entry."""
+    count = jnp.sum(mask, dtype=jnp.int32)
+    k = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
+    return jnp.argmax(jnp.cumsum(mask, dtype=jnp.int32) > k)
+
+
+def _choose_weighted(weight, u):
+    """Index drawn with probability proportional to the non-negative
+    `weight` (0 if all zero), from one uniform ``u`` in (0, 1)."""
+    cum = jnp.cumsum(weight)
+    return jnp.argmax(cum > u * cum[-1])
+
+
 def _propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
     """Propose a move for one tree (the data enter in the sweep)."""
     half = split_tree.shape[0]
     heap_size = 2 * half
     depth_of = jnp.asarray(grove.node_depths(heap_size))
     nodes = jnp.arange(heap_size)
-    # all the randomness of the proposal from one row of uniforms (one RNG
-    # call for the forest: RNG calls dominate the cost of this phase on CPU)
+    # all the randomness of the proposal from five uniforms (one RNG call
+    # for the forest: random bits dominate the cost of this phase on CPU);
+    # the leaf, node and variable are chosen by inverse cdf
     p = max_split.shape[0]
-    u_move, u_split = u[0], u[1]
-    gumbel = -jnp.log(-jnp.log(u[2:]))
-    gumbel_leaf = gumbel[:heap_size]
-    gumbel_nog = gumbel[heap_size : 2 * heap_size]
-    gumbel_var = gumbel[2 * heap_size : 2 * heap_size + p]
+    u_move, u_split, u_leaf, u_nog, u_var = u
 
     internal = grove.is_internal(split_tree)
     leaf = grove.is_leaf(split_tree)
@@ -360,7 +372,7 @@ def _propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
     possible = (num_growable > 0) | (num_nog > 0)
 
     # GROW: leaf, variable, split index
-    leaf_node = jnp.argmax(jnp.where(growable, gumbel_leaf, -jnp.inf))
+    leaf_node = _choose(growable, u_leaf)
     d = depth_of[leaf_node]
     anc, valid, right = _ancestor_tables(heap_size)
     path_var = var_tree.astype(jnp.int32)[jnp.asarray(anc)[leaf_node]]  # (L,)
@@ -371,7 +383,10 @@ def _propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
     var_lo = jnp.max(jnp.where(on_var & path_right, path_cut, 0), axis=1)
     var_hi = jnp.min(jnp.where(on_var & ~path_right, path_cut - 1, max_split[:, None]), axis=1)
     num_splits = var_hi - var_lo  # (p,)
-    var = jnp.argmax(jnp.where(num_splits > 0, log_s + gumbel_var, -jnp.inf))
+    usable = num_splits > 0
+    shift = jnp.max(jnp.where(usable, log_s, -jnp.inf))
+    var_weight = jnp.where(usable, jnp.exp(log_s - jnp.where(jnp.isfinite(shift), shift, 0.0)), 0.0)
+    var = _choose_weighted(var_weight, u_var)
     lo_v = var_lo[var]
     hi_v = var_hi[var]
     split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
@@ -396,7 +411,7 @@ def _propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
     )
 
     # PRUNE: node whose children are both leaves
-    prune_node = jnp.argmax(jnp.where(nog, gumbel_nog, -jnp.inf))
+    prune_node = _choose(nog, u_nog)
     child = 2 * prune_node
     p_split_node = p_split[prune_node]
     pruned_growable = num_growable - growable[child] - growable[child + 1] + 1
@@ -431,7 +446,7 @@ def propose_moves(key, state: State) -> Moves:
     heap_size = 2 * forest.split_tree.shape[1]
     p = state.max_split.shape[0]
     tiny = jnp.finfo(jnp.float32).tiny
-    u = random.uniform(key, (num_trees, 2 + 2 * heap_size + p), minval=tiny, maxval=1.0)
+    u = random.uniform(key, (num_trees, 5), minval=tiny, maxval=1.0)
     return jax.vmap(_propose_tree, in_axes=(0, 0, 0, None, None, None))(
         u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal
     )

@@ -512,21 +512,25 @@ def check_selection(sparse, plain, p, each_min, total_min, share_gain):
         name: np.asarray(fit.varcount_mean)[:5].sum() / np.asarray(fit.varcount_mean).sum()
         for name, fit in (('sparse', sparse), ('plain', plain))
     }
-    assert share['sparse'] > share['plain'] + share_gain, share
+    if share_gain is not None:
+        assert share['sparse'] > share['plain'] + share_gain, share
     # the helper ranks the relevant predictors first
     table = sparse.variable_importance()
     assert set(table.index[:5]) == {f'x{j}' for j in range(5)}, table.head(8)
     assert np.allclose(table.loc['x0', 'varprob_mean'], varprob[0])
+    return share['sparse'] - share['plain']
 
 
-@pytest.mark.parametrize('seed', [0])
-def test_dart_selects_relevant_predictors_quick(seed):
+def test_dart_selects_relevant_predictors_quick():
     """5 relevant predictors of 20 (n = 300, 20 trees): DART puts most of the
-    split probability on them. Over seeds 0-1: each relevant varprob 0.09-0.28
-    (uniform: 0.05), total 0.89-0.92; share of the splits on them 0.94-0.97
-    with DART, 0.78-0.80 without."""
-    sparse, plain = selection_fits(seed, n=300, p=20, ntree=20, nskip=200, ndpost=100)
-    check_selection(sparse, plain, 20, each_min=1 / 20, total_min=0.75, share_gain=0.1)
+    split probability on them. Over seeds 0-7: share of the splits on them
+    0.89-0.98 with DART, 0.71-0.83 without; the gain is 0.09-0.22 per seed
+    (sd about 0.04), so its mean over 3 seeds is checked."""
+    gains = []
+    for seed in range(3):
+        sparse, plain = selection_fits(seed, n=300, p=20, ntree=20, nskip=200, ndpost=100)
+        gains.append(check_selection(sparse, plain, 20, each_min=1 / 20, total_min=0.75, share_gain=None))
+    assert np.mean(gains) > 0.1, gains
 
 
 @pytest.mark.slow
