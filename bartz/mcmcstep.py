@@ -484,7 +484,7 @@ def _leaf_sums(indices, values, size):
     copies = lax.scatter_add(
         jnp.zeros(size * lanes, values.dtype), indices[:, None], values, dims, mode=lax.GatherScatterMode.FILL_OR_DROP
     )
-    return copies.reshape(size, lanes).sum(axis=1)
+    return copies if lanes == 1 else copies.reshape(size, lanes).sum(axis=1)
 
 
 _SCATTER_LANES_MIN_POINTS = 4096
