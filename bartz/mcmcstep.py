@@ -506,7 +506,7 @@ def _data_blocks(n):
     a multiple of the core count works best), boundaries multiple of 128."""
     if n < _BLOCK_MIN_POINTS or jax.default_backend() != 'cpu':
         return [(0, n)]
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
     per_core = max(1, min(4, n // (cores * 2**14)))
     blocks = min(8, cores * per_core)
     bounds = [0] + [n * b // blocks // 128 * 128 for b in range(1, blocks)] + [n]
