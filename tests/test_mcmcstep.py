@@ -728,6 +728,27 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     np.testing.assert_allclose(plain.sigma2, blocked.sigma2, rtol=1e-4)
 
 
+@pytest.mark.parametrize('num', [3, 20])
+@pytest.mark.parametrize('n', [100, 5000])
+def test_leaf_sums_and_lookup_under_vmap(num, n):
+    """The scatter and lookup kernels of the sweep, vmapped (several chains):
+    one call per chain on CPU for small batches, a batched call for large
+    ones; both equal the unbatched results, with or without interleaved
+    bins (n above `mcmcstep._SCATTER_LANES_MIN_POINTS`)."""
+    rng = np.random.default_rng(n + num)
+    indices = jnp.asarray(rng.integers(0, 64, size=(num, n)), jnp.uint8)
+    values = jnp.asarray(rng.normal(size=(num, n)), jnp.float32)
+    table = jnp.asarray(rng.normal(size=(num, 64)), jnp.float32)
+    sums = jax.jit(jax.vmap(lambda i, v: mcmcstep._leaf_sums(i, v, 64)))(indices, values)
+    looked = jax.jit(jax.vmap(mcmcstep._lookup))(table, indices)
+    shared = jax.jit(jax.vmap(mcmcstep._lookup, in_axes=(None, 0)))(table[0], indices)
+    for b in range(num):
+        expected = np.bincount(np.asarray(indices[b]), weights=np.asarray(values[b], np.float64), minlength=64)
+        np.testing.assert_allclose(sums[b], expected, rtol=1e-4, atol=1e-3)
+        np.testing.assert_array_equal(looked[b], np.asarray(table[b])[np.asarray(indices[b])])
+        np.testing.assert_array_equal(shared[b], np.asarray(table[0])[np.asarray(indices[b])])
+
+
 @pytest.mark.slow
 def test_padding_does_not_change_the_chain():
     """Padding points at the end gives the same chain as no padding: no draw depends on n."""
