@@ -793,17 +793,30 @@ def _draw_sigma2(key, state: State, data_axis=None) -> State:
     return state._replace(sigma2=sigma2.astype(jnp.float32))
 
 
+def _point_uniforms(key, offset, n):
+    """Uniforms in (0, 1) for the points ``offset`` to ``offset + n - 1`` of
+    the whole data set, the same whichever way the points are split among
+    devices: point ``i`` gets number ``i % B`` of the stream
+    ``fold_in(key, i // B)``, with ``B = _UNIFORM_BLOCK``. Memory
+    O(n + B), not O(total n)."""
+    block = _UNIFORM_BLOCK
+    num_blocks = -(-n // block) + 1  # enough for any alignment of the slice
+    first = offset // block
+    keys = jax.vmap(lambda b: random.fold_in(key, b))(first + jnp.arange(num_blocks))
+    tiny = jnp.finfo(jnp.float32).tiny
+    u = jax.vmap(lambda k: random.uniform(k, (block,), minval=tiny, maxval=1.0))(keys).reshape(-1)
+    return lax.dynamic_slice_in_dim(u, offset - first * block, n)
+
+
+_UNIFORM_BLOCK = 1024
+
+
 def _draw_latent(key, state: State, data_axis=None) -> State:
     """Albert & Chib: latent ~ N(f, 1) truncated to the side given by y."""
     mean = state.z - state.resid
     n = mean.shape[0]
-    if data_axis is None:
-        u = random.uniform(key, (n,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
-    else:
-        # the same numbers as without sharding: draw for all points, keep ours
-        shards = lax.psum(1, data_axis)
-        u = random.uniform(key, (n * shards,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
-        u = lax.dynamic_slice_in_dim(u, lax.axis_index(data_axis) * n, n)
+    offset = 0 if data_axis is None else lax.axis_index(data_axis) * n
+    u = _point_uniforms(key, offset, n)
     # standardised truncation point, mirrored so we always sample a lower tail
     a = jnp.where(state.y, state.probit_threshold - mean, mean - state.probit_threshold)
     a = jnp.maximum(a, -10.0)  # below, the truncation has probability < 1e-23

@@ -470,15 +470,7 @@ def _compiled_step_memory(type_, num_data_devices):
     'type_',
     [
         'wbart',
-        pytest.param(
-            'pbart',
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason='bug: mcmcstep._draw_latent draws uniforms for all n points on every data device '
-                '(random.uniform(key, (n * shards,)) then a slice), so the temporary memory of a probit '
-                'step is O(total n) per device',
-            ),
-        ),
+        'pbart',
     ],
 )
 def test_compiled_step_memory(type_):
