@@ -467,9 +467,9 @@ def _leaf_sums(indices, values, size):
     """``zeros(size).at[indices].add(values)`` for uint8 `indices`, fast.
 
     The scatter reads the uint8 indices as they are (JAX would widen them
-    to int32 first: a pass over the data and four times the bytes). For
-    many points, consecutive points are spread over several copies of the
-    bins, as many as fit uint8 indices: XLA's CPU scatter adds the values
+    to int32 first: a pass over the data and four times the bytes).
+    Consecutive points are spread over several copies of the bins, as many
+    as fit uint8 indices: XLA's CPU scatter adds the values
     one after the other, and consecutive points mostly fall in the same
     leaf, so each add would wait for the previous one to land (on GPU, they
     would contend for the same atomic). Together about twice as fast at
@@ -492,7 +492,7 @@ def _leaf_sums_impl(indices, values, size):
     return copies if lanes == 1 else copies.reshape(size, lanes).sum(axis=1)
 
 
-_SCATTER_LANES_MIN_POINTS = 4096
+_SCATTER_LANES_MIN_POINTS = 0  # (a knob for the tests: all n gain, n = 1,000 by 3-8%)
 
 
 def _lookup(table, indices):

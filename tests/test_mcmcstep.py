@@ -700,11 +700,11 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     """Large-n code paths of the sweep give the same chain as the plain one.
 
     On CPU with many points, the sweep splits the data into blocks processed
-    by independent kernels and spreads its scatter-add over several copies
-    of the bins (`mcmcstep._data_blocks`, `mcmcstep._leaf_sums`). Forced
-    here at small n (3 uneven blocks, lanes at any n), they must give the
-    same trees and, up to float rounding, the same values; the cached
-    quantities must stay consistent.
+    by independent kernels, and the scatter-add spreads points over several
+    copies of the bins (`mcmcstep._data_blocks`, `mcmcstep._leaf_sums`).
+    Forced on (3 uneven blocks) and off (no copies) at small n, they must
+    give the same trees and, up to float rounding, the same values; the
+    cached quantities must stay consistent.
     """
     valid = np.ones(DATA_N, bool)
     valid[[3, 77, 150]] = False  # padding inside the blocks
@@ -714,6 +714,7 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
         # a fresh function, so that jit traces again with the patched module
         return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(5), state)
 
+    monkeypatch.setattr(mcmcstep, '_SCATTER_LANES_MIN_POINTS', 2**62)
     plain, _ = run(state)
     monkeypatch.setattr(mcmcstep, '_data_blocks', lambda n: [(0, 61), (61, 140), (140, n)])
     monkeypatch.setattr(mcmcstep, '_SCATTER_LANES_MIN_POINTS', 0)
@@ -733,8 +734,7 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
 def test_leaf_sums_and_lookup_under_vmap(num, n):
     """The scatter and lookup kernels of the sweep, vmapped (several chains):
     one call per chain on CPU for small batches, a batched call for large
-    ones; both equal the unbatched results, with or without interleaved
-    bins (n above `mcmcstep._SCATTER_LANES_MIN_POINTS`)."""
+    ones; both equal the unbatched results."""
     rng = np.random.default_rng(n + num)
     indices = jnp.asarray(rng.integers(0, 64, size=(num, n)), jnp.uint8)
     values = jnp.asarray(rng.normal(size=(num, n)), jnp.float32)
