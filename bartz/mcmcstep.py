@@ -349,14 +349,12 @@ def _propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
     half = split_tree.shape[0]
     heap_size = 2 * half
     depth_of = jnp.asarray(grove.node_depths(heap_size))
-    nodes = jnp.arange(heap_size)
     # all the randomness of the proposal from five uniforms (one RNG call
     # for the forest: random bits dominate the cost of this phase on CPU);
     # the leaf, node and variable are chosen by inverse cdf
     p = max_split.shape[0]
     u_move, u_split, u_leaf, u_nog, u_var = u
 
-    internal = grove.is_internal(split_tree)
     leaf = grove.is_leaf(split_tree)
     nog = jnp.concatenate([grove.is_nog(split_tree), jnp.zeros(half, bool)])
 
@@ -427,7 +425,6 @@ def _propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
 
     # an impossible move gets node 1, so the sweep's bookkeeping stays in bounds
     node = jnp.where(possible, jnp.where(grow, leaf_node, prune_node), 1).astype(jnp.int32)
-    del nodes, internal
     return Moves(
         allowed=possible,
         grow=grow,
@@ -443,8 +440,6 @@ def propose_moves(key, state: State) -> Moves:
     """Propose a GROW or PRUNE for every tree at once."""
     forest = state.forest
     num_trees = forest.split_tree.shape[0]
-    heap_size = 2 * forest.split_tree.shape[1]
-    p = state.max_split.shape[0]
     tiny = jnp.finfo(jnp.float32).tiny
     u = random.uniform(key, (num_trees, 5), minval=tiny, maxval=1.0)
     return jax.vmap(_propose_tree, in_axes=(0, 0, 0, None, None, None))(
