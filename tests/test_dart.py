@@ -197,9 +197,10 @@ def stat_pvalues(mcmc, ref):
 # ---------------------------------------------------------------- the sampler
 
 
-def initial_states(dart, num_chains=NUM_CHAINS):
-    """Default initial state (stumps, uniform s, theta from `dart`) of many chains, no data."""
-    state = mcmcstep.init(
+def data_free_state(dart):
+    """Default initial state of one chain without data: stumps, uniform s,
+    DART options `dart`."""
+    return mcmcstep.init(
         X=jnp.zeros((P, 0), jnp.uint16),
         max_split=jnp.full(P, MAX_SPLIT),
         y=jnp.zeros(0, jnp.float32),
@@ -213,7 +214,11 @@ def initial_states(dart, num_chains=NUM_CHAINS):
         min_points_per_leaf=0,
         dart=dart,
     )
-    return mcmcstep.init_chains(state, num_chains)
+
+
+def initial_states(dart, num_chains=NUM_CHAINS):
+    """Default initial state (stumps, uniform s, theta from `dart`) of many chains, no data."""
+    return mcmcstep.init_chains(data_free_state(dart), num_chains)
 
 
 def prior_states(rng):
@@ -408,20 +413,7 @@ def test_dart_off_leaves_s_uniform():
 @pytest.fixture(scope='module')
 def one_chain():
     """A single data-free chain with DART, for `run_mcmc`."""
-    state = mcmcstep.init(
-        X=jnp.zeros((P, 0), jnp.uint16),
-        max_split=jnp.full(P, MAX_SPLIT),
-        y=jnp.zeros(0, jnp.float32),
-        num_trees=NUM_TREES,
-        max_depth=DEPTH,
-        leaf_prior_var=1.0,
-        sigma2_alpha=1.0,
-        sigma2_beta=1.0,
-        base=BASE,
-        power=POWER,
-        min_points_per_leaf=0,
-        dart={'theta': 0, 'a': A, 'b': B},
-    )
+    state = data_free_state({'theta': 0, 'a': A, 'b': B})
     assert not bool(state.dart.on)  # off until run_mcmc switches it on
     return state
 
