@@ -36,7 +36,7 @@ import pandas as pd
 from jax import numpy as jnp
 from scipy import stats
 
-from bartz import grove, mcmcloop, mcmcstep, prepcovars, sharding
+from bartz import buckets, grove, mcmcloop, mcmcstep, prepcovars, sharding
 
 __all__ = ['BARTFit', 'gbart', 'mc_gbart']
 
@@ -270,28 +270,35 @@ class BARTFit:
             msg = f"kind must be 'draws' or 'mean', got {kind!r}"
             raise ValueError(msg)
         max_memory = _check_int('max_memory', max_memory, 1)
-        X = self._bin(x_new, 'x_new')
-        return self._predict_binned(X, kind, max_memory)
+        X, m = self._bin(x_new, 'x_new')
+        return self._predict_binned(X, m, kind, max_memory)
 
     def _bin(self, x, name):
+        """Check and bin new predictors; return them padded to the size
+        ladder (``(p, bucket)``, see `bartz.buckets`) and their number."""
         arr, _ = _as_matrix(name, x, columns=self._columns)
         if arr.shape[1] != self._p:
             msg = f'{name} must have {self._p} columns like x_train, got {arr.shape[1]}'
             raise ValueError(msg)
-        arr = arr[:, self._kept]
-        return jnp.asarray(prepcovars.bin_predictors_np(arr, self._splits.splits))
+        return self._bin_matrix(arr), arr.shape[0]
 
-    def _predict_binned(self, X, kind, max_memory):
-        return self._evaluate(X, kind, max_memory, link='probit' if self.type == 'pbart' else 'affine')
+    def _bin_matrix(self, arr):
+        X = prepcovars.bin_predictors_np(arr[:, self._kept], self._splits.splits)
+        m = X.shape[1]
+        return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
 
-    def _evaluate(self, X, kind, max_memory, link):
+    def _predict_binned(self, X, m, kind, max_memory):
+        return self._evaluate(X, m, kind, max_memory, link='probit' if self.type == 'pbart' else 'affine')
+
+    def _evaluate(self, X, m, kind, max_memory, link):
+        """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
         params = {'probit': (self.offset,), 'affine': (self.offset, self._scale), None: ()}[link]
         kwargs = {'kind': kind, 'max_memory': max_memory, 'link': link, 'link_params': params}
         if self._mesh is not None and self._mesh.devices.size > 1:
             f = sharding.evaluate_trace_sharded(X, self._trace, self._mesh, **kwargs)
         else:
-            f = grove.evaluate_trace(X, self._trace, **kwargs)
-        return np.asarray(f)
+            f = grove.evaluate_trace(jax.device_put(X), self._trace, **kwargs)
+        return np.asarray(f)[..., :m]
 
     def variable_importance(self) -> pd.DataFrame:
         """Posterior variable usage, one row per predictor, most used first.
@@ -662,7 +669,8 @@ def gbart(
     if mesh is not None and mc_cores % mesh.shape['chains']:
         msg = f"mc_cores={mc_cores} must be a multiple of the number of chain devices ({mesh.shape['chains']})"
         raise ValueError(msg)
-    npad = sharding.padded_length(n, num_data_devices)
+    # the data axis padded to the size ladder, so that a new n reuses the compiled sampler
+    npad = buckets.bucket_length(n, num_data_devices)
     valid = np.arange(npad) < n
     X = np.pad(X, ((0, 0), (0, npad - n)))
     y_core = np.pad(y_core, (0, npad - n))
@@ -670,7 +678,7 @@ def gbart(
 
     draws_per_chain = -(-ndpost // mc_cores)
     state = mcmcstep.init(
-        X=jnp.asarray(X),
+        X=X,
         max_split=splits.max_split,
         y=y_core,
         num_trees=ntree,
@@ -687,7 +695,10 @@ def gbart(
         valid=valid,
         dart={'theta': theta, 'a': a, 'b': b, 'rho': rho} if sparse else None,
     )
-    state = mcmcstep.init_chains(state, mc_cores)
+    # one chain on one device runs the plain sweep (no chain axis to vmap over)
+    num_chains = None if mesh is None and mc_cores == 1 else mc_cores
+    if num_chains is not None:
+        state = mcmcstep.init_chains(state, mc_cores)
     _, trace, info = mcmcloop.run_mcmc(
         key,
         state,
@@ -697,12 +708,16 @@ def gbart(
         printevery=printevery,
         save_train=bool(save_yhat_train),
         sigma_scale=scale,
-        num_chains=mc_cores,
+        num_chains=num_chains,
         mesh=mesh,
     )
     del state
     # (draws, chains, ...) -> chain after chain, as R's mc.gbart
-    trace = jax.tree.map(sharding.to_host, trace)
+    if num_chains is None:
+        trace = jax.tree.map(lambda a: a[:, None], trace)
+        burn_sigma2 = None if info.burn_sigma2 is None else info.burn_sigma2[:, None]
+    else:
+        burn_sigma2 = info.burn_sigma2
     per_chain = int(trace.leaf_tree.shape[0])
     trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1).reshape(-1, *a.shape[2:]), trace)
     if trace.fit_train is not None:
@@ -723,9 +738,7 @@ def gbart(
         _columns=columns,
         _kept=kept,
         _splits=splits,
-        _trace=grove.TreeHeaps(
-            jnp.asarray(trace.var_tree), jnp.asarray(trace.split_tree), jnp.asarray(trace.leaf_tree)
-        ),
+        _trace=jax.device_put(grove.TreeHeaps(trace.var_tree, trace.split_tree, trace.leaf_tree)),
         _mesh=mesh,
         run_info=info,
         accept_rate={
@@ -756,23 +769,22 @@ def gbart(
         del fit_train, yhat_train
     else:
         # the draws were never kept: the means come from the trees, in bounded memory
-        Xtrain = jnp.asarray(X[:, :n])
         fit.yhat_train = None
         if is_binary:
-            fit.yhat_train_mean = offset + fit._evaluate(Xtrain, 'mean', max_memory, link=None)
+            fit.yhat_train_mean = offset + fit._evaluate(X, n, 'mean', max_memory, link=None)
             fit.prob_train = None
-            fit.prob_train_mean = fit._evaluate(Xtrain, 'mean', max_memory, link='probit')
+            fit.prob_train_mean = fit._evaluate(X, n, 'mean', max_memory, link='probit')
         else:
-            fit.yhat_train_mean = fit._evaluate(Xtrain, 'mean', max_memory, link='affine')
+            fit.yhat_train_mean = fit._evaluate(X, n, 'mean', max_memory, link='affine')
     if xt is not None:
-        Xt = jnp.asarray(prepcovars.bin_predictors_np(xt[:, kept], splits.splits))
-        ft = fit._evaluate(Xt, 'draws', max_memory, link=None)
+        Xt = fit._bin_matrix(xt)
         if is_binary:
-            fit.yhat_test = offset + ft
+            fit.yhat_test = offset + fit._evaluate(Xt, xt.shape[0], 'draws', max_memory, link=None)
             fit.prob_test = stats.norm.cdf(fit.yhat_test)
             fit.prob_test_mean = fit.prob_test.mean(axis=0)
         else:
-            fit.yhat_test = offset + scale * ft
+            # the link of `predict`, so that a later predict reuses the compiled program
+            fit.yhat_test = fit._evaluate(Xt, xt.shape[0], 'draws', max_memory, link='affine')
         fit.yhat_test_mean = fit.yhat_test.mean(axis=0)
     else:
         fit.yhat_test = fit.yhat_test_mean = None
@@ -780,7 +792,7 @@ def gbart(
             fit.prob_test = fit.prob_test_mean = None
     if not is_binary:
         sigma_kept = scale * np.sqrt(np.asarray(trace.sigma2, np.float64))  # chain after chain
-        sigma_burn = scale * np.sqrt(np.asarray(info.burn_sigma2, np.float64))  # (nskip, chains)
+        sigma_burn = scale * np.sqrt(np.asarray(burn_sigma2, np.float64))  # (nskip, chains)
         if mc_cores == 1:
             fit.sigma = np.concatenate([sigma_burn[:, 0], sigma_kept])
         else:

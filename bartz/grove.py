@@ -342,5 +342,6 @@ def evaluate_trace(
     if link not in _LINKS:
         msg = f'link must be one of {_LINKS}, got {link!r}'
         raise ValueError(msg)
-    link_params = tuple(jnp.asarray(v, jnp.float32) for v in link_params)
+    # numpy scalars, not eager jnp conversions (each would compile a program)
+    link_params = tuple(v.astype(jnp.float32) if isinstance(v, jax.Array) else np.float32(v) for v in link_params)
     return _evaluate_trace_jit(X, trace, link_params, kind=kind, link=link, max_memory=int(max_memory))

@@ -2,8 +2,10 @@
 
 The chain runs in chunks of iterations, each one call of a jitted function
 built once per (shapes, chunk size): between chunks, control returns to
-Python to print progress and to honour Ctrl-C. The random key of iteration
-``i`` is ``fold_in(key, i)``, so the draws do not depend on the chunking.
+Python to print progress and to honour Ctrl-C, and the draws saved in the
+chunk come to the host. Burn-in and kept iterations run in the same loop,
+so the sweep is compiled once. The random key of iteration ``i`` is
+``fold_in(key, i)``, so the draws do not depend on the chunking.
 """
 
 import functools
@@ -152,47 +154,76 @@ def _make_step(num_chains: int | None, mesh):
     return sharded_step
 
 
+def chunk_shape(n: int, n_skip: int, num_chains: int | None, save_train: bool) -> tuple[int, int]:
+    """Iterations per compiled chunk and draw slots in its buffer.
+
+    Both depend only on the (padded) number of points, the thinning and
+    the number of chains, never on ``nskip`` or ``ndpost``, so fits that
+    differ only in those reuse the compiled chunk. The chunk is shorter
+    when the saved training fits would take more than
+    `_CHUNK_BUFFER_BYTES`.
+    """
+    chains = num_chains or 1
+    chunk = _CHUNK_ITERS
+    if save_train:
+        max_draws = max(1, _CHUNK_BUFFER_BYTES // (4 * n * chains))
+        chunk = min(chunk, max_draws * n_skip)
+    return chunk, -(-chunk // n_skip)
+
+
+_CHUNK_ITERS = 100
+_CHUNK_BUFFER_BYTES = 2**26
+
+
+class _ChunkOut(NamedTuple):
+    """What one compiled chunk returns besides the state."""
+
+    info: mcmcstep.StepInfo  # acceptance counts, summed over the chunk (and chains)
+    sigma2: jax.Array  # (chunk, [chains]) error variance after each iteration
+    draws: Trace  # (chunk_draws, [chains], ...) the draws saved in the chunk, then junk
+    mean_leaves: jax.Array  # () mean number of leaves per tree at the end
+
+
 @functools.cache
-def _chunk_runner(chunk_burn: int, chunk_draws: int, save_train: bool, num_chains: int | None = None, mesh=None):
-    """Jitted function running up to `chunk_burn` burn-in iterations, then up
-    to `chunk_draws` thinned draws; the counts are dynamic."""
+def _chunk_runner(chunk: int, chunk_draws: int, save_train: bool, num_chains: int | None = None, mesh=None):
+    """Jitted function running up to `chunk` iterations (a dynamic count)
+    from global iteration ``start``, saving the state after every
+    iteration ``i >= n_burn`` with ``(i - n_burn + 1) % keepevery == 0``.
+
+    The step is traced once: burn-in and kept iterations run in the same
+    loop, so compilation costs one sweep.
+    """
     step = _make_step(num_chains, mesh)
     multichain = num_chains is not None
 
-    def run(key, state, start, n_burn, n_draws, keepevery, dart_start):
-        def one_step(i, carry):
-            state, info = carry
+    def run(key, state, start, n_iters, n_burn, keepevery, dart_start):
+        trace = jax.eval_shape(lambda s: _extract(s, save_train, multichain), state)
+        buffer = jax.tree.map(lambda s: jnp.zeros((chunk_draws, *s.shape), s.dtype), trace)
+        sigma2s = jnp.zeros((chunk, *state.sigma2.shape), jnp.float32)
+
+        def body(t, carry):
+            state, info, sigma2s, buffer, slot = carry
+            i = start + t
             if state.dart is not None:
                 on = jnp.broadcast_to(i >= dart_start, state.dart.on.shape)
                 state = state._replace(dart=state.dart._replace(on=on))
             state, step_info = step(random.fold_in(key, i), state)
             if multichain:
                 step_info = jax.tree.map(lambda x: jnp.sum(x, axis=0), step_info)
-            return state, _sum_info(info, step_info)
+            sigma2s = sigma2s.at[t].set(state.sigma2)
+            save = (i >= n_burn) & ((i - n_burn + 1) % keepevery == 0)
 
-        def burn_body(i, carry):
-            state, info, sigma2s = carry
-            state, info = one_step(start + i, (state, info))
-            sigma2s = sigma2s.at[i].set(state.sigma2)
-            return state, info, sigma2s
+            def write(buffer):
+                saved = _extract(state, save_train, multichain)
+                return jax.tree.map(lambda b, x: b.at[slot].set(x), buffer, saved)
 
-        sigma2s = jnp.zeros((chunk_burn, *state.sigma2.shape), jnp.float32)
-        state, info, sigma2s = lax.fori_loop(0, n_burn, burn_body, (state, _zero_info(), sigma2s))
+            buffer = lax.cond(save, write, lambda b: b, buffer)
+            return state, _sum_info(info, step_info), sigma2s, buffer, slot + save.astype(jnp.int32)
 
-        trace = jax.eval_shape(lambda s: _extract(s, save_train, multichain), state)
-        buffer = jax.tree.map(lambda s: jnp.zeros((chunk_draws, *s.shape), s.dtype), trace)
-        first = start + n_burn
-
-        def draw_body(d, carry):
-            state, info, buffer = carry
-            begin = first + d * keepevery
-            state, info = lax.fori_loop(begin, begin + keepevery, one_step, (state, info))
-            saved = _extract(state, save_train, multichain)
-            buffer = jax.tree.map(lambda b, x: b.at[d].set(x), buffer, saved)
-            return state, info, buffer
-
-        state, info, buffer = lax.fori_loop(0, n_draws, draw_body, (state, info, buffer))
-        return state, info, sigma2s, buffer
+        carry = (state, _zero_info(), sigma2s, buffer, jnp.int32(0))
+        state, info, sigma2s, buffer, _ = lax.fori_loop(0, n_iters, body, carry)
+        mean_leaves = jnp.mean(grove.forest_num_leaves(state.forest.split_tree).astype(jnp.float32))
+        return state, _ChunkOut(info, sigma2s, buffer, mean_leaves)
 
     return jax.jit(run, donate_argnums=(1,))
 
@@ -235,7 +266,11 @@ def run_mcmc(
     callback
         Called between chunks with a dict of progress figures.
     chunk_size
-        Iterations per compiled chunk (default: `printevery`, or 100).
+        Iterations per compiled chunk. The default (`chunk_shape`: 100, fewer
+        when the saved training fits would take over 64 MiB) depends only on
+        ``n``, `n_skip` and the chains, so runs that differ in `n_burn`,
+        `n_save` or `printevery` share one compiled chunk; a call runs up to
+        `printevery` iterations of it.
     sigma_scale
         Multiplier of the error sd shown in the progress line (the front
         end works in standardised units).
@@ -260,7 +295,8 @@ def run_mcmc(
     state
         The final state.
     trace
-        The kept draws (`Trace`), ``n_save`` long (shorter if interrupted).
+        The kept draws (`Trace` of numpy arrays, on the host), ``n_save``
+        long (shorter if interrupted).
     info
         `RunInfo`: burn-in error variances, acceptance counts, timing.
 
@@ -270,11 +306,16 @@ def run_mcmc(
     are returned with ``info.interrupted`` set, and a message says so. If no
     draw was collected yet, `KeyboardInterrupt` is raised again.
     """
+    is_binary = state.z is not None
+    n = state.resid.shape[-1]
     if chunk_size is None:
-        chunk_size = printevery if printevery else 100
-    chunk_size = max(1, int(chunk_size))
-    chunk_burn = min(chunk_size, max(n_burn, 1))
-    chunk_draws = max(1, min(n_save, max(1, chunk_size // n_skip)))
+        chunk, chunk_draws = chunk_shape(n, n_skip, num_chains, save_train)
+    else:
+        chunk = max(1, int(chunk_size))
+        chunk_draws = -(-chunk // n_skip)
+    # the compiled chunk has a static length; a call may run fewer
+    # iterations (a dynamic count), to print progress as often as asked
+    iters_per_call = min(chunk, printevery) if printevery else chunk
     if mesh is not None:
         if num_chains is None:
             msg = 'a mesh needs num_chains'
@@ -286,13 +327,17 @@ def run_mcmc(
             state,
             is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec),
         )
-    runner = _chunk_runner(chunk_burn, chunk_draws, save_train, num_chains, mesh)
+    runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh)
     total = n_burn + n_save * n_skip
     progress = _Progress(total, printevery)
+    if dart_start is None:
+        dart_start = n_burn // 2
 
-    is_binary = state.z is not None
+    def draws_before(i):
+        """Number of draws saved by the iterations before ``i``."""
+        return max(0, i - n_burn) // n_skip
+
     done_iters = 0
-    done_draws = 0
     burn_sigma2 = []
     traces = []
     totals = np.zeros(4, np.int64)
@@ -301,39 +346,36 @@ def run_mcmc(
     interrupted = False
     try:
         while done_iters < total:
-            n_burn_now = min(chunk_burn, n_burn - done_iters) if done_iters < n_burn else 0
-            n_draws_now = 0 if n_burn_now else min(chunk_draws, n_save - done_draws)
+            iters = min(iters_per_call, total - done_iters)
             t0 = time.perf_counter()
-            state, info, sigma2s, buffer = runner(
+            state, out = runner(
                 key,
                 state,
-                jnp.int32(done_iters),
-                jnp.int32(n_burn_now),
-                jnp.int32(n_draws_now),
-                jnp.int32(n_skip),
-                jnp.int32(n_burn // 2 if dart_start is None else dart_start),
+                np.int32(done_iters),
+                np.int32(iters),
+                np.int32(n_burn),
+                np.int32(n_skip),
+                np.int32(dart_start),
             )
-            info = jax.tree.map(sharding.to_host, info)
-            if n_burn_now:
-                if not is_binary:
-                    burn_sigma2.append(sharding.to_host(sigma2s)[:n_burn_now])
-            else:
-                traces.append(jax.tree.map(lambda b: b[:n_draws_now], buffer))
-            chunk_iters = n_burn_now + n_draws_now * n_skip
-            done_iters += chunk_iters
-            done_draws += n_draws_now
-            totals += np.array([info.grow_proposed, info.grow_accepted, info.prune_proposed, info.prune_accepted])
-            jax.block_until_ready(state.resid)
+            out = jax.tree.map(sharding.to_host, out)
+            if done_iters < n_burn and not is_binary:
+                burn_sigma2.append(out.sigma2[: min(iters, n_burn - done_iters)])
+            num_draws = draws_before(done_iters + iters) - draws_before(done_iters)
+            if num_draws:
+                traces.append(jax.tree.map(lambda b: b[:num_draws], out.draws))
+            done_iters += iters
+            totals += np.array([out.info.grow_proposed, out.info.grow_accepted, out.info.prune_proposed, out.info.prune_accepted])
             dt = time.perf_counter() - t0
             if first_chunk_time is None:
-                first_chunk_time = (dt, chunk_iters)
+                first_chunk_time = (dt, iters)
+            last_sigma2 = out.sigma2[iters - 1]
             figures = {
                 'iteration': done_iters,
                 'total': total,
                 'grow_acc': totals[1] / max(totals[0], 1),
                 'prune_acc': totals[3] / max(totals[2], 1),
-                'mean_leaves': float(jnp.mean(grove.forest_num_leaves(state.forest.split_tree))),
-                'sigma': None if is_binary else float(jnp.mean(jnp.sqrt(state.sigma2))) * sigma_scale,
+                'mean_leaves': float(out.mean_leaves),
+                'sigma': None if is_binary else float(np.mean(np.sqrt(last_sigma2))) * sigma_scale,
                 'elapsed': time.perf_counter() - start_time,
             }
             progress.update(figures)
@@ -347,15 +389,16 @@ def run_mcmc(
             raise
         print(
             f'bartz: interrupted by Ctrl-C after {done_iters} of {total} iterations; '
-            f'returning the {done_draws} draws collected so far.',
+            f'returning the {draws_before(done_iters)} draws collected so far.',
             file=sys.stderr,
         )
     progress.close()
     elapsed = time.perf_counter() - start_time
     if traces:
-        trace = jax.tree.map(lambda *xs: jnp.concatenate(xs), *traces)
+        trace = jax.tree.map(lambda *xs: np.concatenate(xs), *traces)
     else:
-        trace = jax.tree.map(lambda b: b[:0], buffer)
+        shapes = jax.eval_shape(lambda s: _extract(s, save_train, num_chains is not None), state)
+        trace = jax.tree.map(lambda s: np.zeros((0, *s.shape), s.dtype), shapes)
     compile_time = 0.0
     if first_chunk_time is not None and done_iters > first_chunk_time[1]:
         rate = (elapsed - first_chunk_time[0]) / (done_iters - first_chunk_time[1])

@@ -191,63 +191,69 @@ def init(
         that ``n`` divides among devices) get leaf index 0, an unused heap
         slot, and so never enter any sum; their ``y`` must be 0.
     """
-    X = jnp.asarray(X)
+    # built with numpy and moved to the device at the end with device_put:
+    # eager jnp operations (jnp.array of a numpy array too) each compile a
+    # small program, tens of ms each
+    X = X if isinstance(X, jax.Array) else jax.device_put(np.asarray(X))
     p, n = X.shape
     heap_size = 2**max_depth
     grove.heap_depth(heap_size)
     half = heap_size // 2
-    is_binary = jnp.asarray(y).dtype == jnp.bool_
-    y = jnp.asarray(y, jnp.bool_ if is_binary else jnp.float32)
+    y = np.asarray(y)
+    is_binary = y.dtype == np.bool_
+    y = y.astype(np.bool_ if is_binary else np.float32)
+    valid = np.ones(n, bool) if valid is None else np.asarray(valid, bool)
     if is_binary:
-        threshold = jnp.float32(probit_threshold if probit_threshold is not None else 0.0)
+        threshold = np.float32(probit_threshold if probit_threshold is not None else 0.0)
         # start at the mean of the latent truncated normal given f = 0
-        z = jnp.where(y, threshold + 0.8, threshold - 0.8).astype(jnp.float32)
-        resid = jnp.array(z, copy=True)  # distinct buffers, so the state can be donated
-        sigma2 = jnp.float32(1.0)
+        z = np.where(y, threshold + 0.8, threshold - 0.8).astype(np.float32)
+        resid = z
+        sigma2 = np.float32(1.0)
     else:
         threshold = None
         z = None
-        resid = jnp.array(y, copy=True)
-        sigma2 = jnp.float32(sigma2_init)
-    split_dtype = X.dtype
-    valid = jnp.ones(n, bool) if valid is None else jnp.asarray(valid, bool)
-    num_valid = jnp.sum(valid, dtype=jnp.int32)
-    leaf_count = jnp.zeros((num_trees, heap_size), jnp.int32).at[:, 1].set(num_valid)
-    resid = jnp.where(valid, resid, 0.0)
+        resid = y
+        sigma2 = np.float32(sigma2_init)
+    resid = np.where(valid, resid, 0.0).astype(np.float32)
+    leaf_count = np.zeros((num_trees, heap_size), np.int32)
+    leaf_count[:, 1] = np.sum(valid)
     if prec_weights is not None:
-        prec_weights = jnp.where(valid, jnp.asarray(prec_weights, jnp.float32), 0.0)
-        leaf_prec = jnp.zeros((num_trees, heap_size), jnp.float32).at[:, 1].set(jnp.sum(prec_weights))
+        prec_weights = np.where(valid, np.asarray(prec_weights, np.float32), 0.0).astype(np.float32)
+        leaf_prec = np.zeros((num_trees, heap_size), np.float32)
+        leaf_prec[:, 1] = np.sum(prec_weights, dtype=np.float32)
     else:
         leaf_prec = None
     forest = Forest(
-        var_tree=jnp.zeros((num_trees, half), _uint_for(max(p - 1, 1))),
-        split_tree=jnp.zeros((num_trees, half), split_dtype),
-        leaf_tree=jnp.zeros((num_trees, heap_size), jnp.float32),
-        leaf_indices=jnp.broadcast_to(valid.astype(jnp.uint8), (num_trees, n)),
+        var_tree=np.zeros((num_trees, half), _uint_for(max(p - 1, 1))),
+        split_tree=np.zeros((num_trees, half), X.dtype),
+        leaf_tree=np.zeros((num_trees, heap_size), np.float32),
+        leaf_indices=np.broadcast_to(valid.astype(np.uint8), (num_trees, n)),
         leaf_count=leaf_count,
         leaf_prec=leaf_prec,
     )
     depths = np.arange(max_depth)
     p_nonterminal = base / (1.0 + depths) ** power
     p_nonterminal[-1] = 0.0
-    return State(
+    state = State(
         X=X,
-        max_split=jnp.asarray(max_split, jnp.int32),
+        max_split=np.asarray(max_split, np.int32),
         y=y,
         z=z,
         prec_weights=prec_weights,
         resid=resid,
         sigma2=sigma2,
         forest=forest,
-        leaf_prior_var=jnp.float32(leaf_prior_var),
-        sigma2_alpha=None if is_binary else jnp.float32(sigma2_alpha),
-        sigma2_beta=None if is_binary else jnp.float32(sigma2_beta),
-        p_nonterminal=jnp.asarray(p_nonterminal, jnp.float32),
-        min_points_per_leaf=jnp.int32(min_points_per_leaf),
-        log_s=jnp.zeros(p, jnp.float32) if log_s is None else jnp.asarray(log_s, jnp.float32),
+        leaf_prior_var=np.float32(leaf_prior_var),
+        sigma2_alpha=None if is_binary else np.float32(sigma2_alpha),
+        sigma2_beta=None if is_binary else np.float32(sigma2_beta),
+        p_nonterminal=p_nonterminal.astype(np.float32),
+        min_points_per_leaf=np.int32(min_points_per_leaf),
+        log_s=np.zeros(p, np.float32) if log_s is None else np.asarray(log_s, np.float32),
         probit_threshold=threshold,
         dart=None if dart is None else _init_dart(dart, max_split),
     )
+    # distinct device buffers for every field, so that the state can be donated
+    return jax.tree.map(lambda x: x if x is X else jax.device_put(x), state)
 
 
 def _init_dart(options: dict, max_split) -> Dart:
@@ -256,12 +262,12 @@ def _init_dart(options: dict, max_split) -> Dart:
     if rho is None:
         rho = float(np.sum(np.asarray(max_split) > 0))
     return Dart(
-        theta=jnp.float32(theta if theta > 0 else 1.0),
-        theta_fixed=jnp.bool_(theta > 0),
-        a=jnp.float32(options.get('a', 0.5)),
-        b=jnp.float32(options.get('b', 1.0)),
-        rho=jnp.float32(rho),
-        on=jnp.bool_(options.get('on', False)),
+        theta=np.float32(theta if theta > 0 else 1.0),
+        theta_fixed=np.bool_(theta > 0),
+        a=np.float32(options.get('a', 0.5)),
+        b=np.float32(options.get('b', 1.0)),
+        rho=np.float32(rho),
+        on=np.bool_(options.get('on', False)),
     )
 
 
@@ -899,11 +905,11 @@ def init_chains(state: State, num_chains: int) -> State:
     """Replicate the per-chain fields of a single-chain state."""
     axes = chain_axes(state)
     fields = []
-    for name, value, axis in zip(State._fields, state, axes, strict=True):
+    for value, axis in zip(state, axes, strict=True):
         if axis == 0:
-            value = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_chains, *x.shape)).copy(), value)
+            # on the host: eager jnp broadcasts would compile a program each
+            value = jax.tree.map(lambda x: jax.device_put(np.broadcast_to(np.asarray(x), (num_chains, *x.shape))), value)
         fields.append(value)
-        del name
     return State(*fields)
 
 

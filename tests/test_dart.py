@@ -493,7 +493,7 @@ def selection_fits(seed, n, p, ntree, nskip, ndpost):
     return gbart(x, y, sparse=True, **kw), gbart(x, y, **kw)
 
 
-def check_selection(sparse, plain, p, each_min, total_min, share_gain):
+def check_selection(sparse, plain, p, each_min, total_min, share_gain, ranked_first=5):
     varprob = np.asarray(sparse.varprob_mean)
     assert np.all(varprob[:5] > each_min), varprob[:5]
     assert varprob[:5].sum() > total_min, varprob[:5]
@@ -506,9 +506,11 @@ def check_selection(sparse, plain, p, each_min, total_min, share_gain):
     }
     if share_gain is not None:
         assert share['sparse'] > share['plain'] + share_gain, share
-    # the helper ranks the relevant predictors first
+    # the helper ranks the relevant predictors first (the `ranked_first`
+    # strongest among the top 5: x4, the weakest, can lose its place to a
+    # noise predictor in short runs)
     table = sparse.variable_importance()
-    assert set(table.index[:5]) == {f'x{j}' for j in range(5)}, table.head(8)
+    assert set(table.index[:5]) >= {f'x{j}' for j in range(ranked_first)}, table.head(8)
     assert np.allclose(table.loc['x0', 'varprob_mean'], varprob[0])
     return share['sparse'] - share['plain']
 
@@ -517,12 +519,19 @@ def test_dart_selects_relevant_predictors_quick():
     """5 relevant predictors of 20 (n = 300, 20 trees): DART puts most of the
     split probability on them. Over seeds 0-7: share of the splits on them
     0.89-0.98 with DART, 0.71-0.83 without; the gain is 0.09-0.22 per seed
-    (sd about 0.04), so its mean over 3 seeds is checked."""
-    gains = []
+    (sd about 0.04), so its mean over 3 seeds is checked, and so are the
+    means of the relevant predictors' total split probability (0.75-0.9 per
+    seed) and of their number among the top 5 of `variable_importance`
+    (x4, the weakest, can lose its place in these short runs)."""
+    gains, totals, ranked = [], [], []
     for seed in range(3):
         sparse, plain = selection_fits(seed, n=300, p=20, ntree=20, nskip=200, ndpost=100)
-        gains.append(check_selection(sparse, plain, 20, each_min=1 / 20, total_min=0.75, share_gain=None))
+        gains.append(check_selection(sparse, plain, 20, each_min=1 / 20, total_min=0.6, share_gain=None, ranked_first=3))
+        totals.append(np.asarray(sparse.varprob_mean)[:5].sum())
+        ranked.append(len(set(sparse.variable_importance().index[:5]) & {f'x{j}' for j in range(5)}))
     assert np.mean(gains) > 0.1, gains
+    assert np.mean(totals) > 0.75, totals
+    assert np.mean(ranked) >= 4, ranked  # at random: 1.25
 
 
 @pytest.mark.slow
