@@ -4,16 +4,24 @@ The user layer is `gbart`, which mirrors R's ``BART::gbart``. The layers
 below it are usable on their own: `bartz.mcmcstep` (sampler state and one
 Gibbs sweep), `bartz.mcmcloop` (the chain), `bartz.grove` (tree arrays),
 `bartz.prepcovars` (cut-points), `bartz.jaxext` (autobatch) and
-`bartz.diagnostics` (R-hat, ESS, Geweke).
+`bartz.diagnostics` (R-hat, ESS, Geweke). `bartz.compile_cache` keeps
+compiled programs on disk for the next process; importing bartz switches it
+on unless ``BARTZ_COMPILATION_CACHE=0`` or JAX's cache is configured already.
 """
 
-from bartz import diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars, sharding
-from bartz.BART import BARTFit, gbart, mc_gbart
+# First, so that nothing is compiled before the cache is set up.
+from bartz import compile_cache
+
+compile_cache._setup_default()  # noqa: SLF001
+
+from bartz import diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars, sharding  # noqa: E402
+from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
 
 __version__ = '0.1.0'
 
 __all__ = [
     'BARTFit',
+    'compile_cache',
     'diagnostics',
     'gbart',
     'grove',

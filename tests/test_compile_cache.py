@@ -1,0 +1,283 @@
+"""Tests of `bartz.compile_cache`, the persistent compilation cache set up at import.
+
+The test session configures its own cache in ``conftest.py`` before importing
+bartz, so what happens at ``import bartz`` is tested in fresh Python
+processes. The tests that run here in-process leave JAX's configuration as
+they found it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import jax
+import pytest
+
+from bartz import compile_cache
+
+JAX_DIR = f'jax-{jax.__version__}'
+
+# Counts JAX's events about its persistent cache (jax 0.10.2,
+# `jax._src.compiler.compile_or_get_cached`): 'cache_hits' is a program
+# loaded from the cache, 'cache_misses' a program written to it.
+PRELUDE = """
+import json, os, warnings
+import jax, jax.numpy as jnp
+from jax import monitoring
+events = []
+monitoring.register_event_listener(lambda event, **kw: events.append(event))
+def count(name):
+    return events.count('/jax/compilation_cache/' + name)
+def thresholds():
+    return [jax.config.jax_persistent_cache_min_compile_time_secs,
+            jax.config.jax_persistent_cache_min_entry_size_bytes]
+"""
+
+
+def run_python(code, tmp_path, **env):
+    """Run `code` in a fresh Python with a clean environment; return the JSON it prints last."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(('JAX_', 'BARTZ_', 'XLA_'))
+    }
+    # Never touch the user's real cache directory.
+    clean |= {'JAX_PLATFORMS': 'cpu', 'XDG_CACHE_HOME': str(tmp_path / 'xdg'), 'HOME': str(tmp_path / 'home')}
+    clean |= env
+    result = subprocess.run(
+        [sys.executable, '-c', PRELUDE + textwrap.dedent(code)],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def cached_names(path):
+    """Names of the programs in a cache directory."""
+    return sorted(p.name.split('-')[0] for p in Path(path).glob('*-cache'))
+
+
+def test_new_process_loads_from_cache(tmp_path):
+    """A program compiled in one process is loaded from disk by the next.
+
+    The program compiles fast, below JAX's default threshold of 1 s, so it is
+    kept only because bartz lowers it. Something is compiled before bartz is
+    imported, to check that the cache is set up anyway.
+    """
+    code = """
+    jax.jit(lambda x: x - 1)(jnp.arange(3.0)).block_until_ready()
+    import bartz
+    def double_plus_one(x):
+        return 2 * x + 1
+    assert jax.jit(double_plus_one)(jnp.arange(3.0)).tolist() == [1, 3, 5]
+    print(json.dumps({'dir': bartz.compile_cache.cache_dir(), 'thresholds': thresholds(),
+                      'hits': count('cache_hits'), 'writes': count('cache_misses')}))
+    """
+    cache = tmp_path / 'cache'
+    first = run_python(code, tmp_path, BARTZ_CACHE_DIR=str(cache))
+    assert first['dir'] == str(cache)
+    assert first['thresholds'] == [0, -1]
+    assert first['hits'] == 0
+    assert first['writes'] >= 1
+    assert 'jit_double_plus_one' in cached_names(cache)
+    assert not (tmp_path / 'xdg').exists()
+
+    second = run_python(code, tmp_path, BARTZ_CACHE_DIR=str(cache))
+    assert second['hits'] >= 1
+    assert second['writes'] == 0
+
+
+def test_switched_off_then_enabled_moved_and_disabled_at_run_time(tmp_path):
+    """``BARTZ_COMPILATION_CACHE=off`` leaves JAX alone; enable/disable work at run time."""
+    other = tmp_path / 'other'
+    code = f"""
+    import bartz
+    from bartz import compile_cache
+    out = {{'import': [compile_cache.cache_dir(), jax.config.jax_compilation_cache_dir, thresholds()]}}
+    def plus_one(x):
+        return x + 1
+    def plus_two(x):
+        return x + 2
+    def plus_three(x):
+        return x + 3
+    out['default'] = compile_cache.enable()
+    out['thresholds'] = thresholds()
+    jax.jit(plus_one)(1.0).block_until_ready()
+    out['other'] = compile_cache.enable({str(other)!r})
+    jax.jit(plus_two)(1.0).block_until_ready()
+    compile_cache.disable()
+    out['disabled'] = [compile_cache.cache_dir(), thresholds()]
+    jax.jit(plus_three)(1.0).block_until_ready()
+    print(json.dumps(out))
+    """
+    out = run_python(code, tmp_path, BARTZ_COMPILATION_CACHE='Off')
+    assert out['import'] == [None, None, [1, 0]]
+    default = tmp_path / 'xdg' / 'bartz' / JAX_DIR
+    assert out['default'] == str(default)
+    assert out['thresholds'] == [0, -1]
+    assert out['other'] == str(other)
+    assert out['disabled'] == [None, [1, 0]]
+    # each program went to the directory in use when it was compiled
+    assert 'jit_plus_one' in cached_names(default)
+    assert 'jit_plus_two' not in cached_names(default)
+    assert 'jit_plus_two' in cached_names(other)
+    assert 'jit_plus_one' not in cached_names(other)
+    assert 'jit_plus_three' not in cached_names(default) + cached_names(other)
+
+
+@pytest.mark.parametrize('how', ['env', 'config'])
+def test_user_configuration_is_respected(tmp_path, how):
+    """A JAX cache configured before importing bartz is left as it is."""
+    user = tmp_path / 'user'
+    if how == 'env':
+        env = {'JAX_COMPILATION_CACHE_DIR': str(user)}
+        configure = ''
+        expected = [1, 0]
+    else:
+        env = {}
+        configure = f"""
+        jax.config.update('jax_compilation_cache_dir', {str(user)!r})
+        jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.25)
+        """
+        expected = [0.25, 0]
+    code = textwrap.dedent(configure) + textwrap.dedent("""
+        import bartz
+        jax.jit(lambda x: x + 1)(1.0).block_until_ready()
+        print(json.dumps({'dir': bartz.compile_cache.cache_dir(), 'thresholds': thresholds()}))
+    """)
+    out = run_python(code, tmp_path, **env)
+    assert out == {'dir': str(user), 'thresholds': expected}
+    assert not (tmp_path / 'xdg').exists()
+
+
+def test_unwritable_cache_warns_once_and_fits(tmp_path):
+    """A cache directory that cannot be created warns once and breaks nothing.
+
+    Also checks what JAX does when writing an entry fails after the set-up
+    (the module docstring relies on it): it warns and compiles anyway.
+    """
+    blocker = tmp_path / 'file'
+    blocker.write_text('not a directory')
+    bad = blocker / 'sub'  # cannot be created, even by root
+    good = tmp_path / 'good'
+    code = f"""
+    import numpy as np
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        import bartz
+        out = {{'dir': bartz.compile_cache.cache_dir()}}
+        out['again'] = bartz.compile_cache.enable()
+        out['explicit'] = bartz.compile_cache.enable({str(bad)!r})
+        assert jax.jit(lambda x: 2 * x)(jnp.arange(3.0)).tolist() == [0, 2, 4]
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(50, 2))
+        fit = bartz.gbart(x, x[:, 0], ntree=5, nskip=5, ndpost=5, printevery=None)
+        out['finite'] = bool(np.all(np.isfinite(fit.yhat_train_mean)))
+    out['warnings'] = [str(w.message) for w in caught if 'compilation cache' in str(w.message)]
+
+    # the cache breaks after it was set up: JAX warns and compiles anyway
+    bartz.compile_cache.enable({str(good)!r})
+    jax.jit(lambda x: x + 1)(1.0).block_until_ready()
+    import shutil
+    shutil.rmtree({str(good)!r})
+    open({str(good)!r}, 'w').close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        out['later'] = float(jax.jit(lambda x: x + 2)(1.0))
+    out['later_warnings'] = [str(w.message) for w in caught]
+    print(json.dumps(out))
+    """
+    out = run_python(code, tmp_path, BARTZ_CACHE_DIR=str(bad))
+    assert out['dir'] is None
+    assert out['again'] is None
+    assert out['explicit'] is None
+    assert out['finite']
+    assert len(out['warnings']) == 1, out['warnings']
+    (message,) = out['warnings']
+    assert str(bad) in message
+    assert 'NotADirectoryError' in message
+    assert 'BARTZ_CACHE_DIR' in message
+    assert 'BARTZ_COMPILATION_CACHE=0' in message
+
+    assert out['later'] == 3
+    assert any('Error writing persistent compilation cache' in m for m in out['later_warnings'])
+
+
+def test_enable_unwritable_in_process(tmp_path):
+    """`enable` on a bad directory warns once and leaves the configuration alone."""
+    before = compile_cache.cache_dir()
+    (tmp_path / 'file').write_text('')
+    bad = tmp_path / 'file' / 'sub'
+    with pytest.warns(UserWarning, match='cannot use') as record:
+        assert compile_cache.enable(bad) == before
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert compile_cache.enable(bad) == before
+    assert len(record) == 1
+    assert str(bad) in str(record[0].message)
+    assert compile_cache.cache_dir() == before
+    assert not (tmp_path / 'xdg').exists()
+
+
+@pytest.mark.parametrize('value', ['0', 'false', 'OFF', ' no '])
+def test_switch_off_values(monkeypatch, value):
+    monkeypatch.setenv('BARTZ_COMPILATION_CACHE', value)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert compile_cache._switched_off()
+
+
+@pytest.mark.parametrize('value', ['', '1', 'True', 'on', 'yes'])
+def test_switch_on_values(monkeypatch, value):
+    monkeypatch.setenv('BARTZ_COMPILATION_CACHE', value)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert not compile_cache._switched_off()
+
+
+def test_switch_not_understood(monkeypatch):
+    monkeypatch.setenv('BARTZ_COMPILATION_CACHE', 'maybe')
+    with pytest.warns(UserWarning, match="'maybe' is not understood"):
+        assert not compile_cache._switched_off()
+
+
+@pytest.mark.parametrize(
+    ('platform', 'env', 'expected'),
+    [
+        ('linux', {'XDG_CACHE_HOME': '/xdg'}, '/xdg/bartz'),
+        ('linux', {}, '/home/u/.cache/bartz'),
+        ('linux', {'XDG_CACHE_HOME': 'relative'}, '/home/u/.cache/bartz'),
+        ('darwin', {'XDG_CACHE_HOME': '/xdg'}, '/home/u/Library/Caches/bartz'),
+        ('win32', {'LOCALAPPDATA': '/local'}, '/local/bartz'),
+        ('win32', {}, '/home/u/AppData/Local/bartz'),
+    ],
+)
+def test_default_dir(monkeypatch, platform, env, expected):
+    for name in ('BARTZ_CACHE_DIR', 'XDG_CACHE_HOME', 'LOCALAPPDATA'):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv('HOME', '/home/u')
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, 'platform', platform)
+    assert compile_cache._default_dir() == str(Path(expected) / JAX_DIR)
+
+
+def test_default_dir_from_env(monkeypatch):
+    monkeypatch.setenv('HOME', '/home/u')
+    monkeypatch.setenv('BARTZ_CACHE_DIR', '~/somewhere')
+    assert compile_cache._default_dir() == '/home/u/somewhere'
+
+
+def test_exported():
+    import bartz  # noqa: PLC0415
+
+    assert 'compile_cache' in bartz.__all__
+    assert sorted(compile_cache.__all__) == ['cache_dir', 'disable', 'enable']
