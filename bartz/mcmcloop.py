@@ -184,8 +184,23 @@ class _ChunkOut(NamedTuple):
     mean_leaves: jax.Array  # () mean number of leaves per tree at the end
 
 
+def _compiler_options(n: int) -> tuple:
+    """XLA options for the chunk: on CPU below `_LOW_OPT_MAX_POINTS` points,
+    LLVM's optimisation level 1 instead of 3 compiles the sweep faster and
+    runs it faster too (per-kernel overheads dominate there; measured in
+    benchmarks/README.md); above, level 3 runs faster."""
+    if jax.default_backend() == 'cpu' and n < _LOW_OPT_MAX_POINTS:
+        return (('xla_backend_optimization_level', 1),)
+    return ()
+
+
+_LOW_OPT_MAX_POINTS = 2**15
+
+
 @functools.cache
-def _chunk_runner(chunk: int, chunk_draws: int, save_train: bool, num_chains: int | None = None, mesh=None):
+def _chunk_runner(
+    chunk: int, chunk_draws: int, save_train: bool, num_chains: int | None = None, mesh=None, compiler_options: tuple = ()
+):
     """Jitted function running up to `chunk` iterations (a dynamic count)
     from global iteration ``start``, saving the state after every
     iteration ``i >= n_burn`` with ``(i - n_burn + 1) % keepevery == 0``.
@@ -225,7 +240,7 @@ def _chunk_runner(chunk: int, chunk_draws: int, save_train: bool, num_chains: in
         mean_leaves = jnp.mean(grove.forest_num_leaves(state.forest.split_tree).astype(jnp.float32))
         return state, _ChunkOut(info, sigma2s, buffer, mean_leaves)
 
-    return jax.jit(run, donate_argnums=(1,))
+    return jax.jit(run, donate_argnums=(1,), compiler_options=dict(compiler_options) or None)
 
 
 def run_mcmc(
@@ -327,7 +342,7 @@ def run_mcmc(
             state,
             is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec),
         )
-    runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh)
+    runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, _compiler_options(n))
     total = n_burn + n_save * n_skip
     progress = _Progress(total, printevery)
     if dart_start is None:
