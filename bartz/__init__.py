@@ -14,13 +14,14 @@ from bartz import compile_cache
 
 compile_cache._setup_default()  # noqa: SLF001
 
-from bartz import diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars, sharding  # noqa: E402
+from bartz import buckets, diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars, sharding  # noqa: E402
 from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
 
 __version__ = '0.1.0'
 
 __all__ = [
     'BARTFit',
+    'buckets',
     'compile_cache',
     'diagnostics',
     'gbart',

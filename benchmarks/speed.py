@@ -53,7 +53,7 @@ from jax import numpy as jnp
 from scipy import stats
 
 import bartz
-from bartz import grove, mcmcstep, prepcovars
+from bartz import grove, mcmcloop, mcmcstep, prepcovars
 
 SECTIONS = ('mcmc', 'gbart', 'predict')
 
@@ -203,7 +203,9 @@ def bench_mcmc(n, cfg, rng):
     i32 = jnp.int32
 
     t0 = time.perf_counter()
-    compiled = _run_k_jit.lower(key, state, i32(0), i32(1)).compile()
+    # with the XLA options gbart's chunk uses at this n
+    options = dict(mcmcloop._compiler_options(state.resid.shape[0]))
+    compiled = _run_k_jit.lower(key, state, i32(0), i32(1)).compile(compiler_options=options or None)
     compile_time = time.perf_counter() - t0
 
     # burn-in, which doubles as the warm-up call
@@ -444,6 +446,19 @@ def main(argv=None):
                 ],
                 md,
             ),
+            md,
+        )
+        # what users wait for, each in fresh processes (benchmarks/peers.py without a peer)
+        import peers  # noqa: PLC0415
+
+        latency_args = argparse.Namespace(
+            quick=cfg.quick, sizes=[200] if cfg.quick else cfg.sizes, repeats=cfg.repeats, platform=None
+        )
+        latency = {peers.OURS_LABEL: peers.measure(peers.OURS_LABEL, sys.executable, peers.OURS, latency_args)}
+        results['gbart_latency'] = latency[peers.OURS_LABEL]
+        emit(
+            'gbart end to end in fresh processes: cold (empty compilation cache), second process, warm, new n',
+            peers.render(*peers.table(latency, latency_args), md),
             md,
         )
 
