@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from bartz import BART, buckets, gbart
+from bartz import buckets, gbart
 
 N, P = 100, 3
 SETTINGS = {'ntree': 20, 'ndpost': 30, 'nskip': 20, 'printevery': None, 'seed': 3}
