@@ -179,7 +179,8 @@ def run_worker(python, spec, env_extra=None, *, ours=False):
     Peers run isolated (``-I``: no PYTHONPATH, no script directory on
     ``sys.path``) in a temporary directory, so ``import bartz`` finds theirs.
     """
-    env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'JAX_COMPILATION_CACHE_DIR')}
+    dropped = ('PYTHONPATH', 'JAX_COMPILATION_CACHE_DIR', 'BARTZ_COMPILATION_CACHE')
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(env_extra or {})
     with tempfile.TemporaryDirectory(prefix='bartz-peers-') as tmp:
         if ours:
@@ -216,7 +217,8 @@ def plan(args):
         else:
             settings = (n, 200, 500) if n < 100_000 else (n, 100, 200)
         work[f'warm n={n:,}'] = (settings, [settings] * (1 + args.repeats))
-    new = (n0 + 13, nskip0, ndpost0)
+    # a cross-validation fold: another n, on the same length of the size ladder
+    new = (n0 + (5 if args.quick else 13), nskip0, ndpost0)
     work['new n'] = (new, [base] * (1 + args.repeats) + [new])
     return work
 

@@ -46,7 +46,11 @@ import statistics
 import sys
 import time
 
-import jax
+# compile times are measured, not loaded from bartz's persistent cache
+# (the fresh-process gbart rows of benchmarks/peers.py set up their own caches)
+os.environ.setdefault('BARTZ_COMPILATION_CACHE', '0')
+
+import jax  # noqa: E402
 import numpy as np
 from jax import lax, random
 from jax import numpy as jnp
