@@ -58,6 +58,7 @@ from scipy import stats
 
 import bartz
 from bartz import grove, mcmcloop, mcmcstep, prepcovars
+from peers import cpu_model  # benchmarks/ is the script directory, on sys.path
 
 SECTIONS = ('mcmc', 'gbart', 'predict')
 
@@ -78,17 +79,6 @@ def peak_rss_mib():
     if sys.platform == 'darwin':  # bytes there, KiB on Linux
         kib /= 1024
     return kib / 1024
-
-
-def cpu_model():
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or '?'
 
 
 def machine_info():
