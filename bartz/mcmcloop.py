@@ -180,7 +180,7 @@ class _ChunkOut(NamedTuple):
 
     info: mcmcstep.StepInfo  # acceptance counts, summed over the chunk (and chains)
     sigma2: jax.Array  # (chunk, [chains]) error variance after each iteration
-    draws: Trace  # (chunk_draws, [chains], ...) the draws saved in the chunk, then junk
+    draws: Trace  # (chunk_draws + 1, [chains], ...) the draws saved in the chunk, then junk
     mean_leaves: jax.Array  # () mean number of leaves per tree at the end
 
 
@@ -213,7 +213,7 @@ def _chunk_runner(
 
     def run(key, state, start, n_iters, n_burn, keepevery, dart_start):
         trace = jax.eval_shape(lambda s: _extract(s, save_train, multichain), state)
-        buffer = jax.tree.map(lambda s: jnp.zeros((chunk_draws, *s.shape), s.dtype), trace)
+        buffer = jax.tree.map(lambda s: jnp.zeros((chunk_draws + 1, *s.shape), s.dtype), trace)
         sigma2s = jnp.zeros((chunk, *state.sigma2.shape), jnp.float32)
 
         def body(t, carry):
@@ -227,12 +227,12 @@ def _chunk_runner(
                 step_info = jax.tree.map(lambda x: jnp.sum(x, axis=0), step_info)
             sigma2s = sigma2s.at[t].set(state.sigma2)
             save = (i >= n_burn) & ((i - n_burn + 1) % keepevery == 0)
-
-            def write(buffer):
-                saved = _extract(state, save_train, multichain)
-                return jax.tree.map(lambda b, x: b.at[slot].set(x), buffer, saved)
-
-            buffer = lax.cond(save, write, lambda b: b, buffer)
+            # iterations not saved write to a spare last slot: an in-place
+            # update, cheaper than a lax.cond, whose operands (the whole
+            # state) XLA copies at every iteration
+            where = jnp.where(save, slot, chunk_draws)
+            saved = _extract(state, save_train, multichain)
+            buffer = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, where, 0), buffer, saved)
             return state, _sum_info(info, step_info), sigma2s, buffer, slot + save.astype(jnp.int32)
 
         carry = (state, _zero_info(), sigma2s, buffer, jnp.int32(0))
