@@ -227,9 +227,8 @@ def _chunk_runner(
                 step_info = jax.tree.map(lambda x: jnp.sum(x, axis=0), step_info)
             sigma2s = sigma2s.at[t].set(state.sigma2)
             save = (i >= n_burn) & ((i - n_burn + 1) % keepevery == 0)
-            # iterations not saved write to a spare last slot: an in-place
-            # update, cheaper than a lax.cond, whose operands (the whole
-            # state) XLA copies at every iteration
+            # iterations not saved write to a spare last slot: one in-place
+            # update, with no lax.cond closing over the whole state
             where = jnp.where(save, slot, chunk_draws)
             saved = _extract(state, save_train, multichain)
             buffer = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, where, 0), buffer, saved)
