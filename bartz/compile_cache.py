@@ -170,6 +170,9 @@ def enable(path: str | os.PathLike | None = None) -> str | None:
         except RuntimeError as exc:  # Path.home() without a home directory
             _warn_once('<user cache directory>', f'the home directory is unknown ({exc})')
             return cache_dir()
+    if not isinstance(path, str | os.PathLike):
+        msg = f'path must be a directory path (str or os.PathLike) or None, got {path!r}'
+        raise TypeError(msg)
     path = os.fspath(path)
     problem = _check_writable(path)
     if problem is not None:

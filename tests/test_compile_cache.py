@@ -281,3 +281,8 @@ def test_exported():
 
     assert 'compile_cache' in bartz.__all__
     assert sorted(compile_cache.__all__) == ['cache_dir', 'disable', 'enable']
+
+
+def test_enable_rejects_a_path_that_is_not_a_path():
+    with pytest.raises(TypeError, match='path must be a directory path'):
+        compile_cache.enable(123)
