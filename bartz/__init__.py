@@ -4,7 +4,10 @@ The user layer is `gbart`, which mirrors R's ``BART::gbart``. The layers
 below it are usable on their own: `bartz.mcmcstep` (sampler state and one
 Gibbs sweep), `bartz.mcmcloop` (the chain), `bartz.grove` (tree arrays),
 `bartz.prepcovars` (cut-points), `bartz.jaxext` (autobatch) and
-`bartz.diagnostics` (R-hat, ESS, Geweke). `bartz.compile_cache` keeps
+`bartz.diagnostics` (R-hat, ESS, Geweke). The front end itself is split by
+concept: `bartz.encoding` (columns, categories, missing values),
+`bartz.priors` (outcome types and R's priors), `bartz.fit` (the result
+object) and `bartz.io` (`load`, and `BARTFit.save`). `bartz.compile_cache` keeps
 compiled programs on disk for the next process; importing bartz switches it
 on unless ``BARTZ_COMPILATION_CACHE=0`` or JAX's cache is configured already.
 """
@@ -14,8 +17,21 @@ from bartz import compile_cache
 
 compile_cache._setup_default()  # noqa: SLF001
 
-from bartz import buckets, diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars, sharding  # noqa: E402
+from bartz import (  # noqa: E402
+    buckets,
+    diagnostics,
+    encoding,
+    grove,
+    io,
+    jaxext,
+    mcmcloop,
+    mcmcstep,
+    prepcovars,
+    priors,
+    sharding,
+)
 from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
+from bartz.io import load  # noqa: E402
 
 __version__ = '0.1.0'
 
@@ -24,12 +40,16 @@ __all__ = [
     'buckets',
     'compile_cache',
     'diagnostics',
+    'encoding',
     'gbart',
     'grove',
+    'io',
     'jaxext',
+    'load',
     'mc_gbart',
     'mcmcloop',
     'mcmcstep',
     'prepcovars',
+    'priors',
     'sharding',
 ]

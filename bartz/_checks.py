@@ -1,0 +1,263 @@
+"""Checking and converting the arguments of the R-style front end.
+
+Every function here runs before anything is traced and raises a builtin
+`TypeError` or `ValueError` whose message names the argument and the bad
+value (STYLE 8). The predictors are not converted here: that is the job of
+`bartz.encoding`, which also remembers how for ``x_test`` and ``predict``.
+"""
+
+import math
+import numbers
+from typing import NamedTuple
+
+import jax
+import numpy as np
+import pandas as pd
+from jax import numpy as jnp
+
+from bartz import grove, sharding
+
+
+def _check_int(name, value, minimum, *, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral | float | np.floating):
+        msg = f'{name} must be an integer >= {minimum}, got {value!r}'
+        raise TypeError(msg)
+    if isinstance(value, float | np.floating) and (not math.isfinite(value) or value != int(value)):
+        msg = f'{name} must be an integer >= {minimum}, got {value!r}'
+        raise ValueError(msg)
+    if value < minimum:
+        what = 'a positive integer' if minimum == 1 else f'an integer >= {minimum}'
+        msg = f'{name} must be {what}, got {value!r}'
+        raise ValueError(msg)
+    return int(value)
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool | np.bool_):
+        msg = f'{name} must be True or False, got {value!r}'
+        raise TypeError(msg)
+
+
+def _check_real(name, value, *, low=None, high=None, low_open=True, high_open=True, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        msg = f'{name} must be a real number, got {value!r}'
+        raise TypeError(msg)
+    value = float(value)
+    bad = not math.isfinite(value)
+    if low is not None:
+        bad |= value <= low if low_open else value < low
+    if high is not None:
+        bad |= value >= high if high_open else value > high
+    if bad:
+        lo = '' if low is None else (f'> {low}' if low_open else f'>= {low}')
+        hi = '' if high is None else (f'< {high}' if high_open else f'<= {high}')
+        cond = ' and '.join(s for s in (lo, hi) if s) or 'finite'
+        msg = f'{name} must be {cond}, got {value!r}'
+        raise ValueError(msg)
+    return value
+
+
+def _as_vector(name, y, n):
+    if y is None:
+        msg = f'{name} must be an array, got None'
+        raise TypeError(msg)
+    if isinstance(y, pd.DataFrame):
+        if y.shape[1] != 1:
+            msg = f'{name} must be one column, got a DataFrame with {y.shape[1]} columns'
+            raise ValueError(msg)
+        y = y.iloc[:, 0]
+    if isinstance(y, pd.Series):
+        if not (pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y)):
+            msg = f'{name} must be numeric, got a Series of dtype {y.dtype}'
+            raise TypeError(msg)
+        y = y.to_numpy(dtype=np.float64, na_value=np.nan)
+    arr = np.asarray(y)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        msg = f'{name} must be numeric, got an array of dtype {arr.dtype}'
+        raise TypeError(msg)
+    if np.iscomplexobj(arr):
+        msg = f'{name} must be real, got complex values'
+        raise TypeError(msg)
+    arr = arr.astype(np.float64)
+    if arr.ndim == 2 and 1 in arr.shape:
+        arr = arr.reshape(-1)
+    if arr.ndim != 1:
+        msg = f'{name} must be 1-dimensional, got shape {arr.shape}'
+        raise ValueError(msg)
+    if arr.shape[0] != n:
+        msg = f'{name} must have one value per row of x_train ({n}), got {arr.shape[0]}'
+        raise ValueError(msg)
+    if not np.all(np.isfinite(arr)):
+        i = int(np.argwhere(~np.isfinite(arr))[0, 0])
+        msg = f'{name} must be finite (no NaN or inf); found {arr[i]} at position {i}'
+        raise ValueError(msg)
+    return arr
+
+
+def _check_devices(devices, num_chain_devices, num_data_devices, mc_cores):
+    """Validate the device arguments; return an explicit mesh or None (automatic)."""
+    if devices is not None:
+        try:
+            devices = list(devices)
+        except TypeError:
+            msg = f'devices must be a sequence of JAX devices, got {devices!r}'
+            raise TypeError(msg) from None
+        if not devices or not all(isinstance(d, jax.Device) for d in devices):
+            msg = f'devices must be a non-empty sequence of JAX devices, got {devices!r}'
+            raise TypeError(msg)
+    if num_chain_devices is None and num_data_devices is None:
+        return None
+    cd = _check_int('num_chain_devices', 1 if num_chain_devices is None else num_chain_devices, 1)
+    dd = _check_int('num_data_devices', 1 if num_data_devices is None else num_data_devices, 1)
+    if mc_cores % cd:
+        msg = f'mc_cores ({mc_cores}) must be a multiple of num_chain_devices ({cd})'
+        raise ValueError(msg)
+    available = len(devices) if devices is not None else jax.device_count()
+    if cd * dd > available:
+        msg = f'num_chain_devices * num_data_devices = {cd * dd} devices requested, {available} available'
+        raise ValueError(msg)
+    return sharding.make_mesh(cd, dd, devices)
+
+
+def _make_key(seed):
+    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        msg = f'seed must be an integer or a JAX random key, got {seed!r}'
+        raise TypeError(msg)
+    if not 0 <= seed < 2**63:
+        msg = f'seed must be a non-negative integer, got {seed}'
+        raise ValueError(msg)
+    return jax.random.key(int(seed) % (2**32))
+
+
+
+class Settings(NamedTuple):
+    """The scalar arguments of `bartz.gbart`, checked, with the defaults
+    that depend on the outcome type filled in."""
+
+    sparse: bool  # DART on
+    theta: float  # DART concentration, 0 = random
+    a: float  # DART Beta prior
+    b: float
+    rho: float | None  # DART, None = number of predictors
+    mc_cores: int  # number of chains
+    ndpost: int  # kept draws in total
+    nskip: int  # burn-in iterations
+    keepevery: int  # thinning
+    ntree: int  # number of trees
+    printevery: int | None  # progress period, None for silence
+    maxdepth: int  # levels of the tree arrays
+    min_points_per_leaf: int
+    max_memory: int  # bytes of temporaries of the prediction kernels
+    k: float  # leaf prior
+    power: float  # tree prior
+    base: float
+    sigdf: float  # error variance prior
+    sigquant: float
+    lambda_: float | None  # None: from sigest and sigquant
+    sigest: float | None  # None: OLS
+    tau_num: float | None  # None: the outcome type's default
+    offset: float | None  # None: the outcome type's default
+    usequants: bool
+    rm_const: bool
+    save_yhat_train: bool
+
+
+def check_settings(
+    outcome,
+    *,
+    sparse,
+    theta,
+    omega,
+    a,
+    b,
+    augment,
+    rho,
+    mc_cores,
+    ndpost,
+    nskip,
+    keepevery,
+    ntree,
+    printevery,
+    maxdepth,
+    min_points_per_leaf,
+    max_memory,
+    k,
+    power,
+    base,
+    sigdf,
+    sigquant,
+    lambda_,
+    sigest,
+    tau_num,
+    offset,
+    usequants,
+    rm_const,
+    save_yhat_train,
+) -> Settings:
+    """Check the scalar arguments of `bartz.gbart`; ``outcome`` (a
+    `bartz.priors.OutcomeType`) gives the defaults of ``ntree`` and
+    ``keepevery``."""
+    _check_bool('sparse', sparse)
+    _check_bool('augment', augment)
+    if augment:
+        msg = "augment=True (R's data augmentation for DART) is not implemented in bartz"
+        raise NotImplementedError(msg)
+    _check_real('omega', omega)
+    maxdepth = _check_int('maxdepth', maxdepth, 2)
+    if maxdepth > grove.MAX_SUPPORTED_DEPTH:
+        msg = f'maxdepth must be at most {grove.MAX_SUPPORTED_DEPTH}, got {maxdepth}'
+        raise ValueError(msg)
+    _check_bool('usequants', usequants)
+    _check_bool('rm_const', rm_const)
+    _check_bool('save_yhat_train', save_yhat_train)
+    return Settings(
+        sparse=bool(sparse),
+        theta=_check_real('theta', theta, low=0, low_open=False),
+        a=_check_real('a', a, low=0),
+        b=_check_real('b', b, low=0),
+        rho=_check_real('rho', rho, low=0, allow_none=True),
+        mc_cores=_check_int('mc_cores', mc_cores, 1),
+        ndpost=_check_int('ndpost', ndpost, 1),
+        nskip=_check_int('nskip', nskip, 0),
+        keepevery=_check_int('keepevery', outcome.keepevery if keepevery is None else keepevery, 1),
+        ntree=_check_int('ntree', outcome.ntree if ntree is None else ntree, 1),
+        printevery=_check_int('printevery', printevery, 1, allow_none=True),
+        maxdepth=maxdepth,
+        min_points_per_leaf=_check_int('min_points_per_leaf', min_points_per_leaf, 0),
+        max_memory=_check_int('max_memory', max_memory, 1),
+        k=_check_real('k', k, low=0),
+        power=_check_real('power', power, low=0, low_open=False),
+        base=_check_real('base', base, low=0, high=1, high_open=False),
+        sigdf=_check_real('sigdf', sigdf, low=0),
+        sigquant=_check_real('sigquant', sigquant, low=0, high=1),
+        lambda_=_check_real('lambda_', lambda_, low=0, allow_none=True),
+        sigest=_check_real('sigest', sigest, low=0, allow_none=True),
+        tau_num=_check_real('tau_num', tau_num, low=0, allow_none=True),
+        offset=_check_real('offset', offset, allow_none=True),
+        usequants=bool(usequants),
+        rm_const=bool(rm_const),
+        save_yhat_train=bool(save_yhat_train),
+    )
+
+
+def make_mesh(devices, num_chain_devices, num_data_devices, mc_cores):
+    """The device mesh of a fit: explicit (from the arguments), or automatic;
+    None for one chain on one device."""
+    mesh = _check_devices(devices, num_chain_devices, num_data_devices, mc_cores)
+    if devices is not None:
+        devices = list(devices)
+    if mesh is None:
+        if devices is not None and len(devices) == 1:
+            mesh = sharding.make_mesh(1, 1, devices)
+        else:
+            mesh = sharding.auto_mesh(mc_cores, devices)
+    if mesh is not None and mc_cores % mesh.shape['chains']:
+        msg = f"mc_cores={mc_cores} must be a multiple of the number of chain devices ({mesh.shape['chains']})"
+        raise ValueError(msg)
+    return mesh

@@ -1,0 +1,408 @@
+"""The result of `bartz.gbart`: `BARTFit`, its attributes declared in one place.
+
+`BARTFit` has R's attribute names (``yhat_train``, ``sigma``, ``varcount``,
+...). Every attribute is declared, with a one-line description, in
+``BARTFit.__slots__``; `package` is the only code that sets them after a
+run, and `bartz.io.load` after reading a file. Attributes that do not apply
+to the outcome type are left unset, as R's result lacks them (e.g.
+``sigma`` of a probit fit): reading one is an `AttributeError`.
+"""
+
+import jax
+import numpy as np
+import pandas as pd
+
+from bartz import buckets, grove, prepcovars, sharding
+from bartz._checks import _check_int
+
+__all__ = ['BARTFit', 'package']
+
+
+class BARTFit:
+    """The result of `bartz.gbart`, with R's attribute names.
+
+    The attributes, declared in ``__slots__`` with their description, are
+    listed below (``help(BARTFit.yhat_train)`` shows one). Shapes: ``ndpost``
+    draws, ``n`` training points, ``p`` predictors (the encoded columns, see
+    `bartz.encoding`: numeric columns and dummies of categorical ones, as
+    R's model matrix).
+
+    Attributes
+    ----------
+    yhat_train, yhat_train_mean, yhat_test, yhat_test_mean
+        Draws ``(ndpost, n)`` of f and their mean (latent scale for probit).
+    prob_train, prob_train_mean, prob_test, prob_test_mean
+        Probit only: draws and mean of ``P(y = 1 | x) = Phi(yhat)``.
+    sigma, sigma_, sigma_mean
+        Continuous only: error sd with burn-in (as R), kept draws, mean.
+    varcount, varcount_mean, varprob, varprob_mean
+        Splits on, and split probability of, each encoded column, per draw.
+    offset, sigest, ndpost, ntree, chains, accept_rate
+        See the descriptions of the slots.
+    """
+
+    __slots__ = {
+        # ---- what was fitted
+        'type': "outcome type: 'wbart' (continuous) or 'pbart' (binary probit)",
+        'ndpost': 'number of kept draws (over all chains)',
+        'ntree': 'number of trees',
+        'chains': 'number of chains (mc_cores)',
+        # ---- priors and settings (R's names)
+        'offset': 'constant added to the sum of trees',
+        'sigest': 'prior guess of the error sd (continuous; None for probit)',
+        'k': 'leaf prior: sd tau_num / (k sqrt(ntree))',
+        'power': 'tree prior: P(split at depth d) = base / (1 + d)**power',
+        'base': 'tree prior, see power',
+        'sigdf': 'error variance prior degrees of freedom',
+        'sigquant': 'error variance prior quantile',
+        'lambda_': 'error variance prior scale (continuous; None for probit)',
+        'tau_num': 'leaf prior numerator, see k',
+        'numcut': '(p_model,) int32: number of cut-points of each kept model column',
+        'xinfo': '(p_model, max_K) float32: cut-points of each kept model column, +inf padded',
+        'rm_const': '(p_kept,) indices of the encoded columns kept by rm_const',
+        # ---- draws
+        'yhat_train': '(ndpost, n) draws of f at x_train, chain after chain; None if save_yhat_train=False',
+        'yhat_train_mean': '(n,) posterior mean of f at x_train',
+        'yhat_test': '(ndpost, n_test) draws of f at x_test; None without x_test',
+        'yhat_test_mean': '(n_test,) posterior mean of f at x_test; None without x_test',
+        'prob_train': 'probit: (ndpost, n) draws of P(y = 1 | x) at x_train; None if save_yhat_train=False',
+        'prob_train_mean': 'probit: (n,) posterior mean of P(y = 1 | x) at x_train',
+        'prob_test': 'probit: (ndpost, n_test) draws of P(y = 1 | x) at x_test; None without x_test',
+        'prob_test_mean': 'probit: (n_test,) posterior mean of P(y = 1 | x) at x_test; None without x_test',
+        'sigma': 'continuous: error sd, burn-in included: (nskip + ndpost,), or (nskip + ndpost/chains, chains)',
+        'sigma_': 'continuous: (ndpost,) kept draws of the error sd, chain after chain',
+        'sigma_mean': 'continuous: posterior mean of the error sd',
+        'varcount': '(ndpost, p) splits on each encoded column per draw (DataFrame if x_train was one)',
+        'varcount_mean': '(p,) mean of varcount over draws',
+        'varprob': '(ndpost, p) split probability of each encoded column (DART s, or the uniform prior)',
+        'varprob_mean': '(p,) mean of varprob over draws',
+        # ---- the run
+        'accept_rate': "dict: acceptance rates of the 'grow' and 'prune' moves",
+        'elapsed': 'seconds of the MCMC run, compilation included',
+        'run_info': 'bartz.mcmcloop.RunInfo of the run (None for a loaded fit)',
+        # ---- what prediction needs (private)
+        '_encoding': 'bartz.encoding.Encoding: columns of x_train to model columns',
+        '_kept': '(p_model,) bool: model columns kept by rm_const',
+        '_splits': 'bartz.prepcovars.Splits of the kept model columns',
+        '_scale': 'sd(y) (continuous) or 1: the trees are in units of scale',
+        '_n': 'number of training points',
+        '_trace': 'bartz.grove.TreeHeaps: the saved forests, (ndpost, ntree, ...)',
+        '_mesh': 'jax.sharding.Mesh of the fit, or None',
+    }
+
+    def __repr__(self):
+        kind = 'probit' if self.type == 'pbart' else 'continuous'
+        extra = f', sigma_mean={self.sigma_mean:.4g}' if hasattr(self, 'sigma_mean') else ''
+        return (
+            f'BARTFit(type={self.type!r} ({kind}), n={self._n}, p={self._p}, ntree={self.ntree}, '
+            f'ndpost={self.ndpost}{extra})'
+        )
+
+    @property
+    def _p(self) -> int:
+        """Number of columns of x_train."""
+        return self._encoding.num_columns
+
+    @property
+    def _columns(self) -> list[str] | None:
+        """Names of the columns of x_train (None if it was an array)."""
+        return self._encoding.column_names
+
+    def save(self, path) -> None:
+        """Save the fit to ``path`` (see `bartz.io.save`); `bartz.load` reads it back."""
+        from bartz import io  # noqa: PLC0415
+
+        io.save(self, path)
+
+    # ------------------------------------------------------------ prediction
+
+    def predict(self, x_new, *, kind='draws', max_memory=grove.DEFAULT_MAX_MEMORY):
+        """Posterior predictions at new points.
+
+        Parameters
+        ----------
+        x_new
+            ``(m, p)`` array or DataFrame with the training columns (matched
+            by name; categorical levels by value). Missing values are handled
+            as in training (see `bartz.encoding`).
+        kind
+            ``'draws'``: return ``(ndpost, m)`` draws of f (for probit, of
+            the probability ``Phi(f)``). ``'mean'``: return the posterior
+            mean, ``(m,)`` (for probit, the mean probability), computed
+            without materialising the draws: memory does not grow with
+            ``ndpost``.
+        max_memory
+            Approximate bound in bytes on the temporary device memory of
+            the traversal (see `bartz.grove.evaluate_trace`).
+
+        Returns
+        -------
+        A numpy array.
+        """
+        if kind not in ('draws', 'mean'):
+            msg = f"kind must be 'draws' or 'mean', got {kind!r}"
+            raise ValueError(msg)
+        max_memory = _check_int('max_memory', max_memory, 1)
+        X, m = self._bin(x_new, 'x_new')
+        return self._predict_binned(X, m, kind, max_memory)
+
+    def _bin(self, x, name):
+        """Check, encode and bin new predictors; return them padded to the
+        size ladder (``(p, bucket)``, see `bartz.buckets`) and their number."""
+        arr = self._encoding.transform(x, name)
+        return self._bin_matrix(arr), arr.shape[0]
+
+    def _bin_matrix(self, arr):
+        """Bin ``(m, p_model)`` model columns (`bartz.encoding.Encoding.transform`)."""
+        X = prepcovars.bin_predictors_np(arr[:, self._kept], self._splits.splits)
+        m = X.shape[1]
+        return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
+
+    def _predict_binned(self, X, m, kind, max_memory):
+        return self._evaluate(X, m, kind, max_memory, link='probit' if self.type == 'pbart' else 'affine')
+
+    def _evaluate(self, X, m, kind, max_memory, link):
+        """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
+        params = {'probit': (self.offset,), 'affine': (self.offset, self._scale), None: ()}[link]
+        kwargs = {'kind': kind, 'max_memory': max_memory, 'link': link, 'link_params': params}
+        if self._mesh is not None and self._mesh.devices.size > 1:
+            f = sharding.evaluate_trace_sharded(X, self._trace, self._mesh, **kwargs)
+        else:
+            f = grove.evaluate_trace(jax.device_put(X), self._trace, **kwargs)
+        return np.asarray(f)[..., :m]
+
+    # ------------------------------------------------------------ summaries
+
+    def variable_importance(self, by: str = 'column') -> pd.DataFrame:
+        """Posterior variable usage, one row per predictor, most used first.
+
+        Parameters
+        ----------
+        by
+            ``'column'`` (default): one row per column of ``x_train``, the
+            dummies of a categorical column summed; ``'encoded'``: one row
+            per encoded column (R's model matrix, as ``varcount``).
+
+        Returns
+        -------
+        DataFrame
+            Columns: ``inclusion_prob`` (fraction of draws in which the
+            forest splits on the predictor at least once: the posterior
+            inclusion proportion), ``varcount_mean`` (mean number of splits)
+            and ``varprob_mean`` (mean split probability; DART's ``s`` with
+            ``sparse=True``, the prior otherwise). Rows are named by the
+            columns of ``x_train`` (or the dummies), or ``x0, x1, ...``.
+        """
+        if by not in ('column', 'encoded'):
+            msg = f"by must be 'column' or 'encoded', got {by!r}"
+            raise ValueError(msg)
+        varcount = np.asarray(self.varcount)
+        varprob = np.asarray(self.varprob)
+        enc = self._encoding
+        if by == 'column':
+            varcount = enc.encoded_to_columns(varcount)
+            varprob = enc.encoded_to_columns(varprob)
+            names = enc.column_names
+        else:
+            names = enc.encoded_names
+        if names is None:
+            names = [f'x{j}' for j in range(varcount.shape[1])]
+        table = pd.DataFrame(
+            {
+                'inclusion_prob': (varcount > 0).mean(axis=0),
+                'varcount_mean': varcount.mean(axis=0),
+                'varprob_mean': varprob.mean(axis=0),
+            },
+            index=pd.Index(names, name='predictor'),
+        )
+        return table.sort_values(['inclusion_prob', 'varcount_mean'], ascending=False)
+
+    def by_chain(self, name):
+        """Draws of attribute `name` (e.g. ``'yhat_train'``, ``'sigma_'``)
+        shaped ``(chains, draws per chain, ...)``."""
+        value = getattr(self, name, None)
+        if value is None:
+            msg = f'{name} is not available in this fit'
+            raise ValueError(msg)
+        value = np.asarray(value)
+        if value.shape[0] != self.ndpost:
+            msg = f'{name} does not have one row per draw'
+            raise ValueError(msg)
+        return value.reshape(self.chains, self.ndpost // self.chains, *value.shape[1:])
+
+    def diagnostics(self):
+        """Convergence summary of the error sd and of the predictions.
+
+        Returns a DataFrame: for ``sigma`` (continuous), its R-hat and
+        bulk/tail ESS (`bartz.diagnostics`), and Geweke's z of the first
+        chain; for ``yhat_train`` (the draws at the training points), the
+        worst (max) and median R-hat and the worst (min) and median ESS over
+        points. R-hat needs draws; with one chain it compares its halves.
+        """
+        from bartz import diagnostics  # noqa: PLC0415
+
+        rows = {}
+        if self.type != 'pbart':
+            s = self.by_chain('sigma_')
+            rows['sigma'] = {
+                'rhat': float(diagnostics.rhat(s)),
+                'ess_bulk': float(diagnostics.ess_bulk(s)),
+                'ess_tail': float(diagnostics.ess_tail(s)),
+                'geweke_z': float(diagnostics.geweke(s[0])),
+            }
+        if self.yhat_train is not None:
+            yh = self.by_chain('yhat_train')
+            r = diagnostics.rhat(yh)
+            eb = diagnostics.ess_bulk(yh)
+            et = diagnostics.ess_tail(yh)
+            rows['yhat_train (worst point)'] = {
+                'rhat': float(np.nanmax(r)),
+                'ess_bulk': float(np.nanmin(eb)),
+                'ess_tail': float(np.nanmin(et)),
+            }
+            rows['yhat_train (median point)'] = {
+                'rhat': float(np.nanmedian(r)),
+                'ess_bulk': float(np.nanmedian(eb)),
+                'ess_tail': float(np.nanmedian(et)),
+            }
+        return pd.DataFrame(rows).T
+
+
+def package(
+    *,
+    outcome,
+    settings,
+    prior,
+    encoding,
+    splits,
+    kept,
+    trace,
+    burn_sigma2,
+    info,
+    n,
+    X,
+    x_test_model,
+    mesh,
+) -> BARTFit:
+    """Make the `BARTFit` of a run: the R-style attributes from the trace.
+
+    ``trace`` has the draws chain after chain, its ``fit_train`` cut to the
+    ``n`` real points; ``burn_sigma2`` is ``(nskip, chains)``; ``X`` the
+    binned (padded) training predictors, ``x_test_model`` the model columns
+    of ``x_test`` (or None).
+    """
+    is_binary = outcome.binary
+    offset, scale = prior.offset, prior.scale
+    mc_cores = settings.mc_cores
+    max_memory = settings.max_memory
+    ndraws = int(trace.leaf_tree.shape[0])
+    fit = BARTFit()
+    fit.type = outcome.name
+    fit.ndpost = ndraws
+    fit.ntree = settings.ntree
+    fit.chains = mc_cores
+    fit.offset = float(offset)
+    fit.sigest = prior.sigest
+    fit.k = settings.k
+    fit.power = settings.power
+    fit.base = settings.base
+    fit.sigdf = settings.sigdf
+    fit.sigquant = settings.sigquant
+    fit.lambda_ = prior.lambda_
+    fit.tau_num = prior.tau_num
+    fit.numcut = splits.max_split
+    fit.xinfo = splits.splits
+    fit._scale = scale
+    fit._n = n
+    fit._encoding = encoding
+    fit._kept = kept
+    fit._splits = splits
+    fit._trace = jax.device_put(grove.TreeHeaps(trace.var_tree, trace.split_tree, trace.leaf_tree))
+    fit._mesh = mesh
+    fit.run_info = info
+    fit.accept_rate = {
+        'grow': info.grow_accepted / max(info.grow_proposed, 1),
+        'prune': info.prune_accepted / max(info.prune_proposed, 1),
+    }
+    fit.elapsed = info.elapsed
+
+    if settings.save_yhat_train:
+        fit_train = trace.fit_train
+        if is_binary:
+            yhat_train = offset + fit_train
+            fit.prob_train = outcome.prob(yhat_train)
+            fit.prob_train_mean = fit.prob_train.mean(axis=0)
+        else:
+            yhat_train = offset + scale * fit_train
+        fit.yhat_train = yhat_train
+        fit.yhat_train_mean = yhat_train.mean(axis=0)
+        del fit_train, yhat_train
+    else:
+        # the draws were never kept: the means come from the trees, in bounded memory
+        fit.yhat_train = None
+        if is_binary:
+            fit.yhat_train_mean = offset + fit._evaluate(X, n, 'mean', max_memory, link=None)
+            fit.prob_train = None
+            fit.prob_train_mean = fit._evaluate(X, n, 'mean', max_memory, link=outcome.link)
+        else:
+            fit.yhat_train_mean = fit._evaluate(X, n, 'mean', max_memory, link='affine')
+    if x_test_model is not None:
+        Xt = fit._bin_matrix(x_test_model)
+        n_test = x_test_model.shape[0]
+        if is_binary:
+            fit.yhat_test = offset + fit._evaluate(Xt, n_test, 'draws', max_memory, link=None)
+            fit.prob_test = outcome.prob(fit.yhat_test)
+            fit.prob_test_mean = fit.prob_test.mean(axis=0)
+        else:
+            # the link of `predict`, so that a later predict reuses the compiled program
+            fit.yhat_test = fit._evaluate(Xt, n_test, 'draws', max_memory, link='affine')
+        fit.yhat_test_mean = fit.yhat_test.mean(axis=0)
+    else:
+        fit.yhat_test = fit.yhat_test_mean = None
+        if is_binary:
+            fit.prob_test = fit.prob_test_mean = None
+    if not is_binary:
+        sigma_kept = scale * np.sqrt(np.asarray(trace.sigma2, np.float64))  # chain after chain
+        sigma_burn = scale * np.sqrt(np.asarray(burn_sigma2, np.float64))  # (nskip, chains)
+        if mc_cores == 1:
+            fit.sigma = np.concatenate([sigma_burn[:, 0], sigma_kept])
+        else:
+            per_chain = ndraws // mc_cores
+            fit.sigma = np.concatenate([sigma_burn, sigma_kept.reshape(mc_cores, per_chain).T])
+        fit.sigma_ = sigma_kept
+        fit.sigma_mean = float(sigma_kept.mean())
+    _set_variable_use(fit, encoding, kept, trace)
+    return fit
+
+
+def _set_variable_use(fit: BARTFit, encoding, kept, trace) -> None:
+    """varcount and varprob per encoded column, from the kept model columns."""
+    ndraws = int(trace.leaf_tree.shape[0])
+    p_model = kept.size
+    varcount = np.zeros((ndraws, p_model), np.int64)
+    varcount[:, kept] = trace.varcount
+    varprob = np.zeros((ndraws, p_model))
+    if trace.log_s is not None:
+        varprob[:, kept] = np.exp(trace.log_s)
+    elif encoding.augmented:
+        # the uniform prior, weighted: half for each copy of a column with missing values
+        weight = np.exp(encoding.log_split_weights().astype(np.float64)) * kept
+        varprob[:] = weight / max(weight.sum(), 1e-300)
+    else:
+        varprob[:, kept] = 1.0 / max(kept.sum(), 1)
+    if encoding.augmented:
+        varcount = encoding.model_to_encoded(varcount)
+        varprob = encoding.model_to_encoded(varprob)
+    names = encoding.encoded_names
+    if names is not None:
+        fit.varcount = pd.DataFrame(varcount, columns=names)
+        fit.varprob = pd.DataFrame(varprob, columns=names)
+        fit.varcount_mean = fit.varcount.mean(axis=0)
+        fit.varprob_mean = fit.varprob.mean(axis=0)
+    else:
+        fit.varcount = varcount
+        fit.varprob = varprob
+        fit.varcount_mean = varcount.mean(axis=0)
+        fit.varprob_mean = varprob.mean(axis=0)
+    kept_encoded = encoding.model_to_encoded(kept.astype(np.int64)) > 0
+    fit.rm_const = np.flatnonzero(kept_encoded)
