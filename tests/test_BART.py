@@ -141,18 +141,25 @@ _BAD_INPUTS = [
     ('x_test_df_missing', {'x_train': VDF, 'x_test': VDF[['a', 'c']]}, ValueError, 'x_test'),
     ('x_test_df_renamed', {'x_train': VDF, 'x_test': VDF.rename(columns={'b': 'B'})}, ValueError, 'x_test'),
     # non-finite values
-    ('x_nan', {'x_train': _with(VX, (3, 1), np.nan)}, ValueError, 'x_train'),
     ('x_inf', {'x_train': _with(VX, (0, 0), -np.inf)}, ValueError, 'x_train'),
-    ('x_df_nan', {'x_train': VDF.assign(b=[np.nan] + [1.0] * 19)}, ValueError, 'x_train'),
+    ('x_df_all_nan', {'x_train': VDF.assign(b=[np.nan] * 20)}, ValueError, 'x_train'),
+    ('x_df_category_all_nan', {'x_train': VDF.assign(b=pd.Categorical([None] * 20, categories=['u']))}, ValueError, 'x_train'),
+    ('x_test_inf', {'x_test': _with(VX, (2, 2), np.inf)}, ValueError, 'x_test'),
     ('y_nan', {'y_train': _with(VY, 5, np.nan)}, ValueError, 'y_train'),
     ('y_inf', {'y_train': _with(VY, 5, np.inf)}, ValueError, 'y_train'),
-    ('x_test_nan', {'x_test': _with(VX[:5], (2, 2), np.nan)}, ValueError, 'x_test'),
     ('w_nan', {'w': _with(np.ones(20), 4, np.nan)}, ValueError, r'\bw\b'),
     ('w_inf', {'w': _with(np.ones(20), 4, np.inf)}, ValueError, r'\bw\b'),
     # types
-    ('x_df_strings', {'x_train': VDF.assign(b=list('xy') * 10)}, TypeError, 'x_train'),
     ('x_df_object', {'x_train': VDF.assign(b=pd.Series([1.0, 'z'] * 10, dtype=object))}, TypeError, 'x_train'),
-    ('x_df_category', {'x_train': VDF.assign(b=pd.Categorical(list('xy') * 10))}, TypeError, 'x_train'),
+    ('x_df_datetime', {'x_train': VDF.assign(b=pd.date_range('2020-01-01', periods=20))}, TypeError, 'x_train'),
+    ('x_df_complex', {'x_train': VDF.assign(b=VX[:, 1] + 1j)}, TypeError, 'x_train'),
+    ('x_df_duplicate_names', {'x_train': VDF.set_axis(['a', 'a', 'c'], axis=1)}, ValueError, 'x_train'),
+    (
+        'x_test_unseen_level',
+        {'x_train': VDF.assign(b=list('xyz') * 6 + ['x', 'y']), 'x_test': VDF.assign(b=list('xw') * 10)},
+        ValueError,
+        "x_test column 'b'.*'w'",
+    ),
     ('x_strings', {'x_train': VX.astype(str)}, TypeError, 'x_train'),
     ('x_complex', {'x_train': VX + 1j}, TypeError, 'x_train'),
     ('x_none', {'x_train': None}, TypeError, 'x_train'),
@@ -240,6 +247,13 @@ def test_bad_input_raises_before_tracing(no_sampler, overrides, exc, match):
         pytest.param({'x_train': VX[:, 0]}, id='x_1d'),
         pytest.param({'x_train': VX > 0.5}, id='x_bool'),
         pytest.param({'x_train': VDF, 'x_test': VDF[['c', 'a', 'b']]}, id='x_test_df_reordered'),
+        pytest.param({'x_train': VDF, 'x_test': VDF.assign(extra=1.0)}, id='x_test_df_extra_column'),
+        pytest.param({'x_train': _with(VX, (3, 1), np.nan)}, id='x_nan'),
+        pytest.param({'x_test': _with(VX[:5], (2, 2), np.nan)}, id='x_test_nan_imputed'),
+        pytest.param({'x_train': VDF.assign(b=[np.nan] + [1.0] * 19)}, id='x_df_nan'),
+        pytest.param({'x_train': VDF.assign(b=list('xy') * 10)}, id='x_df_strings'),
+        pytest.param({'x_train': VDF.assign(b=pd.Categorical(list('xy') * 10))}, id='x_df_category'),
+        pytest.param({'x_train': VDF.assign(b=pd.Series([1.0, None] * 10, dtype=object))}, id='x_df_object_numbers'),
         pytest.param({'y_train': VY[:, None]}, id='y_column'),
         pytest.param({'y_train': pd.DataFrame({'y': VY})}, id='y_df_column'),
         pytest.param({'type': 'pbart', 'y_train': VB.astype(bool)}, id='pbart_bool'),
@@ -262,7 +276,7 @@ def test_predict_bad_input(fit, data):
     with pytest.raises(ValueError, match='x_new'):
         fit.predict(np.zeros((5, P + 1)))
     with pytest.raises(ValueError, match='x_new'):
-        fit.predict(_with(x_test, (1, 1), np.nan))
+        fit.predict(_with(x_test, (1, 1), np.inf))
     with pytest.raises(TypeError, match='x_new'):
         fit.predict(x_test.astype(str))
     with pytest.raises(ValueError, match='kind'):
