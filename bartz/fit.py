@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from bartz import buckets, grove, prepcovars, sharding
+from bartz import buckets, grove, prepcovars, priors, sharding
 from bartz._checks import _check_int
 
 __all__ = ['BARTFit', 'package']
@@ -90,8 +90,16 @@ class BARTFit:
         '_mesh': 'jax.sharding.Mesh of the fit, or None',
     }
 
+    def __init__(self, **attributes):
+        for name, value in attributes.items():
+            if name not in self.__slots__:
+                msg = f'BARTFit has no attribute {name!r}'
+                raise TypeError(msg)
+            setattr(self, name, value)
+
     def __repr__(self):
-        kind = 'probit' if self.type == 'pbart' else 'continuous'
+        outcome = priors.OUTCOME_TYPES[self.type]
+        kind = outcome.link if outcome.binary else 'continuous'
         extra = f', sigma_mean={self.sigma_mean:.4g}' if hasattr(self, 'sigma_mean') else ''
         return (
             f'BARTFit(type={self.type!r} ({kind}), n={self._n}, p={self._p}, ntree={self.ntree}, '
@@ -159,7 +167,7 @@ class BARTFit:
         return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
 
     def _predict_binned(self, X, m, kind, max_memory):
-        return self._evaluate(X, m, kind, max_memory, link='probit' if self.type == 'pbart' else 'affine')
+        return self._evaluate(X, m, kind, max_memory, link=priors.OUTCOME_TYPES[self.type].link)
 
     def _evaluate(self, X, m, kind, max_memory, link):
         """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
@@ -242,7 +250,7 @@ class BARTFit:
         from bartz import diagnostics  # noqa: PLC0415
 
         rows = {}
-        if self.type != 'pbart':
+        if not priors.OUTCOME_TYPES[self.type].binary:
             s = self.by_chain('sigma_')
             rows['sigma'] = {
                 'rhat': float(diagnostics.rhat(s)),
