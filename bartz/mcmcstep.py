@@ -59,7 +59,20 @@ from jax.scipy.special import ndtr, ndtri
 
 from bartz import grove
 
-__all__ = ['Dart', 'Forest', 'Moves', 'State', 'propose_moves', 'StepInfo', 'chain_axes', 'init', 'init_chains', 'step', 'sweep_count_info']
+__all__ = [
+    'Dart',
+    'Forest',
+    'Moves',
+    'State',
+    'propose_moves',
+    'StepInfo',
+    'chain_axes',
+    'fold_in',
+    'init',
+    'init_chains',
+    'step',
+    'sweep_count_info',
+]
 
 
 class Forest(NamedTuple):
