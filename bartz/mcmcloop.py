@@ -222,7 +222,8 @@ def _chunk_runner(
             if state.dart is not None:
                 on = jnp.broadcast_to(i >= dart_start, state.dart.on.shape)
                 state = state._replace(dart=state.dart._replace(on=on))
-            state, step_info = step(random.fold_in(key, i), state)
+            # (bit for bit random.fold_in, without JAX's rolled loop on CPU)
+            state, step_info = step(mcmcstep.fold_in(key, i), state)
             if multichain:
                 step_info = jax.tree.map(lambda x: jnp.sum(x, axis=0), step_info)
             sigma2s = sigma2s.at[t].set(state.sigma2)

@@ -47,6 +47,7 @@ trees", Ann. Appl. Stat. 4(1).
 """
 
 import functools
+import math
 import os
 from typing import NamedTuple
 
@@ -58,7 +59,20 @@ from jax.scipy.special import ndtr, ndtri
 
 from bartz import grove
 
-__all__ = ['Dart', 'Forest', 'Moves', 'State', 'propose_moves', 'StepInfo', 'chain_axes', 'init', 'init_chains', 'step', 'sweep_count_info']
+__all__ = [
+    'Dart',
+    'Forest',
+    'Moves',
+    'State',
+    'propose_moves',
+    'StepInfo',
+    'chain_axes',
+    'fold_in',
+    'init',
+    'init_chains',
+    'step',
+    'sweep_count_info',
+]
 
 
 class Forest(NamedTuple):
@@ -446,11 +460,114 @@ def propose_moves(key, state: State) -> Moves:
     """Propose a GROW or PRUNE for every tree at once."""
     forest = state.forest
     num_trees = forest.split_tree.shape[0]
-    tiny = jnp.finfo(jnp.float32).tiny
-    u = random.uniform(key, (num_trees, 5), minval=tiny, maxval=1.0)
+    u = _uniform(key, (num_trees, 5))
     return jax.vmap(_propose_tree, in_axes=(0, 0, 0, None, None, None))(
         u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal
     )
+
+
+def _threefry2x32(key0, key1, x0, x1):
+    """The Threefry-2x32 block cipher (20 rounds; Salmon et al. 2011), the
+    generator of JAX's default keys, written out in array operations.
+
+    JAX's own CPU lowering runs the rounds in a rolled loop of five
+    iterations, each a dozen small kernels: in the sweep, about ten such
+    loops per iteration. Written out, each call is one fused kernel.
+    """
+    key2 = key0 ^ key1 ^ np.uint32(0x1BD11BDA)
+    keys = (key0, key1, key2)
+    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+    x0 = x0 + key0
+    x1 = x1 + key1
+    for i in range(5):
+        for r in rotations[i % 2]:
+            x0 = x0 + x1
+            x1 = (x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))
+            x1 = x1 ^ x0
+        x0 = x0 + keys[(i + 1) % 3]
+        x1 = x1 + keys[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def _random_words(key, num):
+    """`num` random uint32 words from a threefry `key`: the cipher applied
+    to the counters 0, 1, ...; None for other kinds of keys."""
+    data = random.key_data(key)
+    if data.shape != (2,) or data.dtype != jnp.uint32:
+        return None
+    half = -(-num // 2)
+    count = jnp.arange(half, dtype=jnp.uint32)
+    x0, x1 = _threefry2x32(data[0], data[1], count, jnp.zeros_like(count))
+    return jnp.concatenate([x0, x1])[:num]
+
+
+def _uniform(key, shape):
+    """Uniforms in (0, 1) (as ``random.uniform(key, shape, minval=tiny)``,
+    another stream of the same generator)."""
+    num = math.prod(shape)
+    words = _random_words(key, num)
+    tiny = jnp.finfo(jnp.float32).tiny
+    if words is None:
+        return random.uniform(key, shape, minval=tiny, maxval=1.0)
+    return jnp.maximum(_unit_float(words), tiny).reshape(shape)
+
+
+def fold_in(key, data):
+    """``random.fold_in(key, data)`` for a uint32-range `data`, bit for bit,
+    with the cipher written out (`_threefry2x32`); other kinds of keys go
+    to `random.fold_in`."""
+    key_words = random.key_data(key)
+    if key_words.shape != (2,) or key_words.dtype != jnp.uint32:
+        return random.fold_in(key, data)
+    data = jnp.asarray(data).astype(jnp.uint32)
+    y0, y1 = _threefry2x32(key_words[0], key_words[1], jnp.zeros_like(data), data)
+    return random.wrap_key_data(jnp.stack([y0, y1]), impl='threefry2x32')
+
+
+def _gamma(key, alpha):
+    """A Gamma(`alpha`, 1) draw by Marsaglia & Tsang's (2000) rejection
+    method, from uniforms of `_threefry2x32` (as `random.gamma`, another
+    stream; its loop calls JAX's rolled cipher several times per try)."""
+    key_words = random.key_data(key)
+    if key_words.shape != (2,) or key_words.dtype != jnp.uint32:
+        return random.gamma(key, alpha)
+    tiny = jnp.finfo(jnp.float32).tiny
+
+    def uniforms(counter):
+        words = _threefry2x32(key_words[0], key_words[1], counter, jnp.uint32(1))
+        return [jnp.maximum(_unit_float(w), tiny) for w in words]
+
+    # alpha < 1: Gamma(alpha) = Gamma(alpha + 1) * U^(1 / alpha)
+    boost = alpha < 1
+    shape = jnp.where(boost, alpha + 1, alpha)
+    d = shape - 1.0 / 3.0
+    c = lax.rsqrt(9.0 * d)
+
+    def body(carry):
+        counter, _, _ = carry
+        u_normal, u_accept = uniforms(counter)
+        x = ndtri(u_normal)
+        v = (1.0 + c * x) ** 3
+        ok = (v > 0) & (jnp.log(u_accept) < 0.5 * x * x + d - d * v + d * jnp.log(jnp.maximum(v, tiny)))
+        return counter + 1, ok, d * v
+
+    _, _, value = lax.while_loop(lambda carry: ~carry[1], body, (jnp.uint32(1), jnp.bool_(False), d))
+    u_boost, _ = uniforms(jnp.uint32(0))
+    return jnp.where(boost, value * u_boost ** (1.0 / alpha), value)
+
+
+def _unit_float(words):
+    """Floats in [0, 1) from uint32 words: 23 random mantissa bits in
+    [1, 2), minus 1."""
+    return lax.bitcast_convert_type((words >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - 1.0
+
+
+def _split(key, num):
+    """`num` new keys from `key` (as ``random.split``, another stream)."""
+    words = _random_words(key, 2 * num)
+    if words is None:
+        return random.split(key, num)
+    return random.wrap_key_data(words.reshape(2, num).T, impl='threefry2x32')
 
 
 def _psum(x, axis_name):
@@ -601,7 +718,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
     # one RNG call: the acceptance uniforms and the leaf noise (by inverse cdf)
-    u = random.uniform(key, (num_trees, 1 + heap_size), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+    u = _uniform(key, (num_trees, 1 + heap_size))
     log_u = jnp.log(u[:, 0])
     noise = ndtri(u[:, 1:])
     inv_sigma2 = 1.0 / state.sigma2
@@ -790,7 +907,7 @@ def _draw_sigma2(key, state: State, data_axis=None) -> State:
     n = jnp.sum(state.forest.leaf_count[0])  # real points: padding has no leaf
     alpha = state.sigma2_alpha + n.astype(jnp.float32) / 2
     beta = state.sigma2_beta + _psum(jnp.sum(sq), data_axis) / 2
-    sigma2 = beta / random.gamma(key, alpha)
+    sigma2 = beta / _gamma(key, alpha)
     return state._replace(sigma2=sigma2.astype(jnp.float32))
 
 
@@ -882,7 +999,7 @@ def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple
     -------
     The new state and diagnostics of the sweep.
     """
-    key_moves, key_sweep, key_last, key_dart = random.split(key, 4)
+    key_moves, key_sweep, key_last, key_dart = _split(key, 4)
     moves = propose_moves(key_moves, state)
     state, info = _sweep_trees(key_sweep, state, moves, data_axis)
     if state.dart is not None:

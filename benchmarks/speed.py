@@ -11,7 +11,7 @@ Sections (select with ``--sections``):
 mcmc
     For each n: a jitted function running K iterations of
     `bartz.mcmcstep.step` in a `lax.fori_loop` (key of iteration i:
-    ``fold_in(key, i)``, as `bartz.mcmcloop.run_mcmc`) on Friedman #1 data,
+    ``fold_in(key, i)`` by `bartz.mcmcstep.fold_in`, as `bartz.mcmcloop.run_mcmc`) on Friedman #1 data,
     with the state built as `bartz.gbart` builds it (default priors). We
     report the compile time (``jit(...).lower(...).compile()``), then run a
     burn-in (which is also the warm-up call), choose K so that one repeat lasts
@@ -142,7 +142,7 @@ def _run_k(key, state, start, k):
 
     def body(i, carry):
         state, acc = carry
-        state, info = mcmcstep.step(random.fold_in(key, i), state)
+        state, info = mcmcstep.step(mcmcstep.fold_in(key, i), state)
         return state, acc + info.grow_accepted + info.prune_accepted
 
     state, acc = lax.fori_loop(start, start + k, body, (state, jnp.int32(0)))
