@@ -34,13 +34,23 @@ import jax
 import numpy as np
 import pandas as pd
 from jax import numpy as jnp
-from scipy import stats
+from scipy import special, stats
 
 from bartz import buckets, grove, mcmcloop, mcmcstep, prepcovars, sharding
 
 __all__ = ['BARTFit', 'gbart', 'mc_gbart']
 
-_TYPES = ('wbart', 'pbart')
+_TYPES = ('wbart', 'pbart', 'lbart')
+
+# ---- binary outcomes (issue 11): per-type defaults and link, as R's gbart:
+# tau.num 3 (pbart) or 6 (lbart), offset qnorm or qlogis of mean(y); both
+# 50 trees and keepevery 10. lbart is drawn by Polya-Gamma augmentation
+# (bartz.polyagamma), R's lbart by Holmes & Held's scale mixture: the same
+# posterior, another sampler.
+_BINARY = {
+    'pbart': {'name': 'probit', 'link': 'probit', 'tau_num': 3.0, 'cdf': stats.norm.cdf, 'quantile': stats.norm.ppf},
+    'lbart': {'name': 'logistic', 'link': 'logit', 'tau_num': 6.0, 'cdf': special.expit, 'quantile': special.logit},
+}
 
 
 # ---------------------------------------------------------------- validation
@@ -207,13 +217,15 @@ class BARTFit:
     Attributes
     ----------
     yhat_train : (ndpost, n) array
-        Draws of f at the training points (latent scale for probit).
+        Draws of f at the training points (latent scale for probit and
+        logistic).
     yhat_train_mean : (n,) array
         Their posterior mean.
     yhat_test, yhat_test_mean
         The same at ``x_test`` (None if not given).
     prob_train, prob_train_mean, prob_test, prob_test_mean
-        Probit only: draws and mean of ``P(y = 1 | x) = Phi(yhat)``.
+        Binary only: draws and mean of ``P(y = 1 | x)``: ``Phi(yhat)``
+        (probit) or ``1 / (1 + exp(-yhat))`` (logistic).
     sigma : (nskip + ndpost,) array
         Continuous only: error sd, burn-in included, as R.
     sigma_ : (ndpost,) array
@@ -238,8 +250,8 @@ class BARTFit:
         self.__dict__.update(kw)
 
     def __repr__(self):
-        kind = 'probit' if self.type == 'pbart' else 'continuous'
-        extra = '' if self.type == 'pbart' else f', sigma_mean={self.sigma_mean:.4g}'
+        kind = _BINARY[self.type]['name'] if self.type in _BINARY else 'continuous'
+        extra = '' if self.type in _BINARY else f', sigma_mean={self.sigma_mean:.4g}'
         return (
             f'BARTFit(type={self.type!r} ({kind}), n={self._n}, p={self._p}, ntree={self.ntree}, '
             f'ndpost={self.ndpost}{extra})'
@@ -253,9 +265,10 @@ class BARTFit:
         x_new
             ``(m, p)`` array or DataFrame with the training columns.
         kind
-            ``'draws'``: return ``(ndpost, m)`` draws of f (for probit, of
-            the probability ``Phi(f)``). ``'mean'``: return the posterior
-            mean, ``(m,)`` (for probit, the mean probability), computed
+            ``'draws'``: return ``(ndpost, m)`` draws of f (for binary
+            outcomes, of the probability ``Phi(f)`` or ``logistic(f)``).
+            ``'mean'``: return the posterior mean, ``(m,)`` (binary: the
+            mean probability), computed
             without materialising the draws: memory does not grow with
             ``ndpost``.
         max_memory
@@ -288,11 +301,11 @@ class BARTFit:
         return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
 
     def _predict_binned(self, X, m, kind, max_memory):
-        return self._evaluate(X, m, kind, max_memory, link='probit' if self.type == 'pbart' else 'affine')
+        return self._evaluate(X, m, kind, max_memory, link=_BINARY[self.type]['link'] if self.type in _BINARY else 'affine')
 
     def _evaluate(self, X, m, kind, max_memory, link):
         """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
-        params = {'probit': (self.offset,), 'affine': (self.offset, self._scale), None: ()}[link]
+        params = {'probit': (self.offset,), 'logit': (self.offset,), 'affine': (self.offset, self._scale), None: ()}[link]
         kwargs = {'kind': kind, 'max_memory': max_memory, 'link': link, 'link_params': params}
         if self._mesh is not None and self._mesh.devices.size > 1:
             f = sharding.evaluate_trace_sharded(X, self._trace, self._mesh, **kwargs)
@@ -347,7 +360,7 @@ class BARTFit:
         from bartz import diagnostics  # noqa: PLC0415
 
         rows = {}
-        if self.type != 'pbart':
+        if self.type not in _BINARY:
             s = self.by_chain('sigma_')
             rows['sigma'] = {
                 'rhat': float(diagnostics.rhat(s)),
@@ -421,8 +434,9 @@ def gbart(
     """Fit BART by MCMC, as R's ``BART::gbart``.
 
     ``y = f(x) + eps``, ``eps ~ N(0, sigma^2 w^2)`` (``type='wbart'``), or
-    ``P(y = 1 | x) = Phi(f(x))`` (``type='pbart'``), with ``f`` a sum of
-    ``ntree`` regression trees plus ``offset``.
+    ``P(y = 1 | x) = Phi(f(x))`` (``type='pbart'``), or ``P(y = 1 | x) = 1 /
+    (1 + exp(-f(x)))`` (``type='lbart'``), with ``f`` a sum of ``ntree``
+    regression trees plus ``offset``.
 
     Parameters
     ----------
@@ -430,11 +444,17 @@ def gbart(
         ``(n, p)`` predictors: numpy array or pandas DataFrame (numeric or
         bool columns). A 1-D array is one predictor.
     y_train
-        ``(n,)`` outcome: numbers; 0/1 (or bool) for ``type='pbart'``.
+        ``(n,)`` outcome: numbers; 0/1 (or bool) for ``type='pbart'`` and
+        ``'lbart'``.
     x_test
         Optional ``(n_test, p)`` predictors to predict at.
     type
-        ``'wbart'`` (continuous, default) or ``'pbart'`` (binary probit).
+        ``'wbart'`` (continuous, default), ``'pbart'`` (binary probit) or
+        ``'lbart'`` (binary logistic). R's ``lbart`` draws the logistic
+        model with Holmes & Held's scale mixture of normals; bartz with
+        Polya-Gamma augmentation (Polson, Scott & Windle 2013, see
+        `bartz.polyagamma`): an exact Gibbs update too, of the same
+        posterior.
     sparse
         DART variable selection (Linero 2018): split probabilities ``s ~
         Dirichlet(theta/p, ..., theta/p)`` drawn from their posterior, switched
@@ -472,18 +492,19 @@ def gbart(
         Tree prior: a node at depth d splits with probability
         ``base / (1 + d)**power``.
     tau_num
-        Default ``(max y - min y) / 2`` (wbart) or 3 (pbart).
+        Default ``(max y - min y) / 2`` (wbart), 3 (pbart) or 6 (lbart), as R.
     offset
-        Default ``mean(y)`` (wbart) or ``Phi^-1(mean(y))`` (pbart).
+        Default ``mean(y)`` (wbart), ``Phi^-1(mean(y))`` (pbart) or
+        ``logit(mean(y))`` (lbart).
     w
         ``(n,)`` positive multipliers of the error sd (wbart only).
     ntree
-        Number of trees; default 200 (wbart) or 50 (pbart).
+        Number of trees; default 200 (wbart) or 50 (pbart, lbart).
     numcut
         Number of cut-points per predictor (int or one per predictor).
     ndpost, nskip, keepevery
         Kept draws, burn-in iterations, iterations per kept draw (default
-        1 for wbart, 10 for pbart). The chain runs ``nskip + ndpost *
+        1 for wbart, 10 for pbart and lbart). The chain runs ``nskip + ndpost *
         keepevery`` iterations.
     printevery
         Progress every this many iterations; None for silence.
@@ -536,9 +557,9 @@ def gbart(
     """
     # ---- argument checks, before anything touches JAX
     if type not in _TYPES:
-        msg = f"type must be 'wbart' or 'pbart', got {type!r}"
+        msg = f"type must be 'wbart', 'pbart' or 'lbart', got {type!r}"
         raise ValueError(msg)
-    is_binary = type == 'pbart'
+    is_binary = type in _BINARY
     _check_bool('sparse', sparse)
     _check_bool('augment', augment)
     if augment:
@@ -586,10 +607,10 @@ def gbart(
     if is_binary:
         values = np.unique(y)
         if not np.all(np.isin(values, (0.0, 1.0))):
-            msg = f"y_train must be 0/1 for type='pbart', got values {values[:5].tolist()}"
+            msg = f"y_train must be 0/1 for type={type!r}, got values {values[:5].tolist()}"
             raise ValueError(msg)
         if values.size < 2:
-            msg = f"y_train must contain both 0 and 1 for type='pbart', got only {values.tolist()}"
+            msg = f"y_train must contain both 0 and 1 for type={type!r}, got only {values.tolist()}"
             raise ValueError(msg)
         if w is not None:
             msg = "w is for type='wbart' only"
@@ -632,9 +653,9 @@ def gbart(
     if is_binary:
         mean_y = y.mean()
         if offset is None:
-            offset = float(stats.norm.ppf(mean_y))
+            offset = float(_BINARY[type]['quantile'](mean_y))
         if tau_num is None:
-            tau_num = 3.0
+            tau_num = _BINARY[type]['tau_num']
         scale = 1.0
         y_core = y.astype(bool)
         sigest_value = None
@@ -691,7 +712,8 @@ def gbart(
         power=power,
         prec_weights=prec_weights,
         min_points_per_leaf=min_points_per_leaf,
-        probit_threshold=-offset if is_binary else None,
+        probit_threshold=-offset if type == 'pbart' else None,
+        logit_offset=offset if type == 'lbart' else None,
         valid=valid,
         dart={'theta': theta, 'a': a, 'b': b, 'rho': rho} if sparse else None,
     )
@@ -760,7 +782,7 @@ def gbart(
         fit_train = trace.fit_train
         if is_binary:
             yhat_train = offset + fit_train
-            fit.prob_train = stats.norm.cdf(yhat_train)
+            fit.prob_train = _BINARY[type]['cdf'](yhat_train)
             fit.prob_train_mean = fit.prob_train.mean(axis=0)
         else:
             yhat_train = offset + scale * fit_train
@@ -773,14 +795,14 @@ def gbart(
         if is_binary:
             fit.yhat_train_mean = offset + fit._evaluate(X, n, 'mean', max_memory, link=None)
             fit.prob_train = None
-            fit.prob_train_mean = fit._evaluate(X, n, 'mean', max_memory, link='probit')
+            fit.prob_train_mean = fit._evaluate(X, n, 'mean', max_memory, link=_BINARY[type]['link'])
         else:
             fit.yhat_train_mean = fit._evaluate(X, n, 'mean', max_memory, link='affine')
     if xt is not None:
         Xt = fit._bin_matrix(xt)
         if is_binary:
             fit.yhat_test = offset + fit._evaluate(Xt, xt.shape[0], 'draws', max_memory, link=None)
-            fit.prob_test = stats.norm.cdf(fit.yhat_test)
+            fit.prob_test = _BINARY[type]['cdf'](fit.yhat_test)
             fit.prob_test_mean = fit.prob_test.mean(axis=0)
         else:
             # the link of `predict`, so that a later predict reuses the compiled program

@@ -41,7 +41,7 @@ def _draws_from(fit_or_draws, n: int, which: str | None) -> np.ndarray:
             raise ValueError(msg)
         return draws
     fit = fit_or_draws
-    prefix = 'prob' if getattr(fit, 'type', 'wbart') == 'pbart' else 'yhat'
+    prefix = 'prob' if getattr(fit, 'type', 'wbart') in ('pbart', 'lbart') else 'yhat'
     if which not in (None, 'train', 'test'):
         msg = f"which must be None, 'train' or 'test', got {which!r}"
         raise ValueError(msg)
