@@ -56,7 +56,7 @@ _MAX_TERMS = 50  # likewise: the series decides after one or two terms but with 
 
 
 def _default_uniforms(key, shape):
-    return random.uniform(key, shape, minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+    return random.uniform(key, (*shape, 4), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
 
 
 def pg1(key: jax.Array, c: jax.Array, uniforms: Callable | None = None) -> jax.Array:
@@ -69,9 +69,9 @@ def pg1(key: jax.Array, c: jax.Array, uniforms: Callable | None = None) -> jax.A
     c
         Tilting parameters, any shape, float32.
     uniforms
-        ``uniforms(key) -> array shaped like c`` of uniforms in (0, 1),
-        called with fresh keys (four per round). Default:
-        ``random.uniform(key, c.shape)``. `bartz.mcmcstep` passes one
+        ``uniforms(key) -> array shaped (*c.shape, 4)`` of uniforms in (0,
+        1), called with a fresh key at each round. Default:
+        ``random.uniform(key, (*c.shape, 4))``. `bartz.mcmcstep` passes one
         that numbers the points globally, so that the draws do not depend
         on the data sharding.
 
@@ -99,8 +99,9 @@ def pg1(key: jax.Array, c: jax.Array, uniforms: Callable | None = None) -> jax.A
 
     def body(carry):
         key, done, x_out, rounds = carry
-        key, k_comp, k_prop, k_aux, k_series = random.split(key, 5)
-        u_comp, u_prop, u_aux, v = uniforms(k_comp), uniforms(k_prop), uniforms(k_aux), uniforms(k_series)
+        key, key_round = random.split(key)
+        u = uniforms(key_round)
+        u_comp, u_prop, u_aux, v = u[..., 0], u[..., 1], u[..., 2], u[..., 3]
 
         # right: t + Exp(K)
         x_right = _T - jnp.log(u_prop) / K
