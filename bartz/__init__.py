@@ -16,20 +16,26 @@ compile_cache._setup_default()  # noqa: SLF001
 
 from bartz import buckets, diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars, sharding  # noqa: E402
 from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
+from bartz import estimators, polyagamma  # noqa: E402
+from bartz.estimators import BARTClassifier, BARTRegressor  # noqa: E402
 
 __version__ = '0.1.0'
 
 __all__ = [
+    'BARTClassifier',
     'BARTFit',
+    'BARTRegressor',
     'buckets',
     'compile_cache',
     'diagnostics',
+    'estimators',
     'gbart',
     'grove',
     'jaxext',
     'mc_gbart',
     'mcmcloop',
     'mcmcstep',
+    'polyagamma',
     'prepcovars',
     'sharding',
 ]
