@@ -313,6 +313,21 @@ class BARTFit:
             f = grove.evaluate_trace(jax.device_put(X), self._trace, **kwargs)
         return np.asarray(f)[..., :m]
 
+    # ---- issue 11: partial dependence (the work is in bartz.partial)
+    def partial_dependence(self, x, var, grid=None, *, kind='mean', level=0.95, max_memory=64 * 2**20):
+        """Posterior of the partial dependence on one or two predictors, as
+        R's ``pdbart``: the average over the rows of `x` of f with `var`
+        set to each grid value, for every draw. See
+        `bartz.partial.partial_dependence` (the arguments) and
+        `bartz.plot.partial_dependence` (the figure).
+
+        Returns a DataFrame: the grid, then ``mean``, ``sd``, ``median``,
+        ``lower``, ``upper``; binary fits on the probability scale.
+        """
+        from bartz import partial  # noqa: PLC0415
+
+        return partial.partial_dependence(self, x, var, grid, kind=kind, level=level, max_memory=max_memory)
+
     def variable_importance(self) -> pd.DataFrame:
         """Posterior variable usage, one row per predictor, most used first.
 

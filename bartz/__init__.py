@@ -16,7 +16,7 @@ compile_cache._setup_default()  # noqa: SLF001
 
 from bartz import buckets, diagnostics, grove, jaxext, mcmcloop, mcmcstep, prepcovars, sharding  # noqa: E402
 from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
-from bartz import estimators, polyagamma  # noqa: E402
+from bartz import estimators, partial, polyagamma  # noqa: E402
 from bartz.estimators import BARTClassifier, BARTRegressor  # noqa: E402
 
 __version__ = '0.1.0'
@@ -35,6 +35,7 @@ __all__ = [
     'mc_gbart',
     'mcmcloop',
     'mcmcstep',
+    'partial',
     'polyagamma',
     'prepcovars',
     'sharding',
