@@ -852,17 +852,6 @@ def _draw_latent(key, state: State, data_axis=None) -> State:
     return state._replace(z=z, resid=z - mean)
 
 
-def _point_uniform_rows(key, offset, n, num):
-    """``num`` uniforms in (0, 1) for each of the points ``offset`` to
-    ``offset + n - 1`` of the whole data set, from ``fold_in(key, i)`` for
-    point ``i``: the same whichever way the points are split among devices,
-    with no work for points elsewhere (unlike `_point_uniforms`, whose
-    blocks would cost more than the draws at small n, called many times)."""
-    tiny = jnp.finfo(jnp.float32).tiny
-    index = offset + jnp.arange(n)
-    return jax.vmap(lambda i: random.uniform(random.fold_in(key, i), (num,), minval=tiny, maxval=1.0))(index)
-
-
 def _draw_latent_logit(key, state: State, data_axis=None) -> State:
     """Logistic BART by Polya-Gamma augmentation (Polson, Scott & Windle 2013).
 
@@ -881,7 +870,7 @@ def _draw_latent_logit(key, state: State, data_axis=None) -> State:
     offset = 0 if data_axis is None else lax.axis_index(data_axis) * n
     real = forest.leaf_indices[0] != 0  # padding has no leaf
     psi = jnp.where(real, state.logit_offset + mean, 0.0)
-    omega = polyagamma.pg1(key, psi, lambda k: _point_uniform_rows(k, offset, n, 4))
+    omega = polyagamma.pg1(key, psi, offset)
     omega = jnp.where(real, omega, 0.0)
     kappa = jnp.where(state.y, 0.5, -0.5)
     z = jnp.where(real, kappa / jnp.where(real, omega, 1.0) - state.logit_offset, 0.0)

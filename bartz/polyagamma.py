@@ -26,9 +26,10 @@ Any rejection starts the point over with a fresh component choice (the
 weights of the components are the masses of their untruncated envelopes, so
 this is plain rejection sampling from one envelope). Each round accepts
 most points (at least about 70% for any ``c``), and the loop runs until all
-points are accepted, so its length grows like ``log n``. Each point's draws
-come from its own uniforms (`uniforms` decides how), so the result does not
-depend on how the points are split into batches or devices.
+points are accepted, so its length grows like ``log n``. Each point's
+draws come from its own
+random stream, so the result does not depend on how the points are split
+into batches or devices.
 
 References
 ----------
@@ -39,8 +40,6 @@ related to Jacobi theta functions", Stat. Probab. Lett. 79(21).
 """
 
 import math
-from collections.abc import Callable
-
 import jax
 import numpy as np
 from jax import lax, random
@@ -55,11 +54,7 @@ _MAX_ROUNDS = 1000  # a guard against non-finite input only: P(a round rejects) 
 _MAX_TERMS = 50  # likewise: the series decides after one or two terms but with tiny probability
 
 
-def _default_uniforms(key, shape):
-    return random.uniform(key, (*shape, 4), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
-
-
-def pg1(key: jax.Array, c: jax.Array, uniforms: Callable | None = None) -> jax.Array:
+def pg1(key: jax.Array, c: jax.Array, offset=0) -> jax.Array:
     """Draw ``omega_i ~ PG(1, c_i)`` independently for every element of `c`.
 
     Parameters
@@ -67,23 +62,98 @@ def pg1(key: jax.Array, c: jax.Array, uniforms: Callable | None = None) -> jax.A
     key
         A JAX random key, used once.
     c
-        Tilting parameters, any shape, float32.
-    uniforms
-        ``uniforms(key) -> array shaped (*c.shape, 4)`` of uniforms in (0,
-        1), called with a fresh key at each round. Default:
-        ``random.uniform(key, (*c.shape, 4))``. `bartz.mcmcstep` passes one
-        that numbers the points globally, so that the draws do not depend
-        on the data sharding.
+        Tilting parameters, shape ``(n,)``, float32.
+    offset
+        Number of the first element in a larger array that `c` is a slice
+        of (an int, possibly traced; default 0). Element ``i`` draws from
+        its own random stream, numbered ``offset + i``: its draw depends
+        only on ``key``, ``c[i]`` and that number, so a slice gets the same
+        draws as the whole. `bartz.mcmcstep` passes the position of the
+        device's points in the data, so that the draws do not depend on how
+        the data are split among devices.
 
     Returns
     -------
-    An array like `c`. Elements whose `c` is not finite come back NaN.
+    An ``(n,)`` array. Elements whose `c` is not finite come back NaN.
+
+    Notes
+    -----
+    A round costs the same for every element it covers, and most elements
+    are accepted at the first one. So the rounds run over all elements only
+    until at most an eighth of them are left; those are then gathered and
+    the next rounds run over them only, and again below a 64th. Which
+    rounds an element takes part in does not change its draw.
     """
     c = jnp.asarray(c, jnp.float32)
-    if uniforms is None:
+    if c.ndim != 1:
+        msg = f'c must be 1-dimensional, got shape {c.shape}'
+        raise ValueError(msg)
+    n = c.shape[0]
 
-        def uniforms(k):
-            return _default_uniforms(k, c.shape)
+    def rounds(c, stream, done, r, until):
+        def cond(carry):
+            done, _, r = carry
+            return (jnp.sum(~done) > until) & (r < _MAX_ROUNDS)
+
+        def body(carry):
+            done, x_out, r = carry
+            accept, x = _candidates(_stream_uniforms(random.fold_in(key, r), stream), c)
+            new = ~done & accept
+            return done | new, jnp.where(new, x, x_out), r + 1
+
+        return lax.while_loop(cond, body, (done, jnp.full(done.shape, jnp.nan, jnp.float32), r))
+
+    # round 0 over all elements, with uniforms drawn by blocks of streams
+    # (half the cost of one key per stream)
+    accept, x = _candidates(_block_uniforms(random.fold_in(key, 0), offset, n), c)
+    accept &= jnp.isfinite(c)
+    done = accept | ~jnp.isfinite(c)
+    x_out = jnp.where(accept, x, jnp.nan)
+
+    sizes = [n // d for d in _LEVEL_DIVISORS if n // d >= 1]
+    pos = jnp.arange(n)  # where the elements of the current level are in `c`; n for none
+    level_c, stream, r = c, offset + pos, jnp.int32(1)
+    for size in [*sizes, 0]:
+        done, x_level, r = rounds(level_c, stream, done, r, size)
+        x_out = x_out.at[pos].set(jnp.where(jnp.isnan(x_level), x_out[jnp.minimum(pos, n - 1)], x_level), mode='drop')
+        if size:
+            (sel,) = jnp.nonzero(~done, size=size, fill_value=done.shape[0])
+            real = sel < done.shape[0]
+            sel = jnp.minimum(sel, done.shape[0] - 1)
+            pos = jnp.where(real, pos[sel], n)
+            level_c, stream, done = level_c[sel], stream[sel], ~real
+    return x_out / 4
+
+
+_LEVEL_DIVISORS = (8, 64)  # see the notes of pg1
+
+
+def _block_uniforms(key, offset, n):
+    """``(n, 4)`` uniforms in (0, 1) for the streams ``offset`` to ``offset +
+    n - 1`` (round 0): stream ``s`` gets row ``s % B`` of the block drawn from
+    ``fold_in(key, s // B)``, ``B = _BLOCK``."""
+    first = offset // _BLOCK
+    num_blocks = -(-n // _BLOCK) + 1  # enough for any alignment of the slice
+    keys = jax.vmap(lambda b: random.fold_in(key, b))(first + jnp.arange(num_blocks))
+    tiny = jnp.finfo(jnp.float32).tiny
+    u = jax.vmap(lambda k: random.uniform(k, (_BLOCK, 4), minval=tiny, maxval=1.0))(keys).reshape(-1, 4)
+    return lax.dynamic_slice_in_dim(u, offset - first * _BLOCK, n)
+
+
+_BLOCK = 128
+
+
+def _stream_uniforms(key, stream):
+    """Four uniforms in (0, 1) for each stream number, from ``fold_in(key, s)``
+    (rounds after the first, on the elements left)."""
+    tiny = jnp.finfo(jnp.float32).tiny
+    return jax.vmap(lambda s: random.uniform(random.fold_in(key, s), (4,), minval=tiny, maxval=1.0))(stream)
+
+
+def _candidates(u, c):
+    """One round: a candidate for every element, from its four uniforms
+    ``u`` (``(n, 4)``), and whether it is accepted."""
+    u_comp, u_prop, u_aux, v = u[:, 0], u[:, 1], u[:, 2], u[:, 3]
 
     z = jnp.abs(c) / 2
     big_z = z > 1 / _T
@@ -93,39 +163,21 @@ def pg1(key: jax.Array, c: jax.Array, uniforms: Callable | None = None) -> jax.A
     p_right = jax.nn.sigmoid(log_right - log_left)
     mu = 1 / jnp.maximum(z, 1 / _T)  # inverse Gaussian mean, used only where z > 1 / t
 
-    def cond(carry):
-        _, done, _, rounds = carry
-        return ~jnp.all(done) & (rounds < _MAX_ROUNDS)
+    # right: t + Exp(K)
+    x_right = _T - jnp.log(u_prop) / K
+    # left, z > 1/t: IG(mu, 1) by Michael, Schucany & Haas, kept below t
+    w = mu * jnp.square(ndtri(u_prop))
+    x_small = mu / (1 + w / 2 + jnp.sqrt(w + w * w / 4))  # the smaller root, without cancellation
+    x_ig = jnp.where(u_aux * (mu + x_small) <= mu, x_small, mu * mu / x_small)
+    ok_ig = x_ig < _T
+    # left, z <= 1/t: 1 / N^2 with |N| > 1/sqrt(t), kept with prob exp(-z^2 x / 2)
+    x_levy = 1 / jnp.square(ndtri(u_prop * _LEVY_TAIL))
+    ok_levy = u_aux <= jnp.exp(-z * z * x_levy / 2)
 
-    def body(carry):
-        key, done, x_out, rounds = carry
-        key, key_round = random.split(key)
-        u = uniforms(key_round)
-        u_comp, u_prop, u_aux, v = u[..., 0], u[..., 1], u[..., 2], u[..., 3]
-
-        # right: t + Exp(K)
-        x_right = _T - jnp.log(u_prop) / K
-        # left, z > 1/t: IG(mu, 1) by Michael, Schucany & Haas, kept below t
-        w = mu * jnp.square(ndtri(u_prop))
-        x_small = mu / (1 + w / 2 + jnp.sqrt(w + w * w / 4))  # the smaller root, without cancellation
-        x_ig = jnp.where(u_aux * (mu + x_small) <= mu, x_small, mu * mu / x_small)
-        ok_ig = x_ig < _T
-        # left, z <= 1/t: 1 / N^2 with |N| > 1/sqrt(t), kept with prob exp(-z^2 x / 2)
-        x_levy = 1 / jnp.square(ndtri(u_prop * _LEVY_TAIL))
-        ok_levy = u_aux <= jnp.exp(-z * z * x_levy / 2)
-
-        right = u_comp < p_right
-        x = jnp.where(right, x_right, jnp.where(big_z, x_ig, x_levy))
-        ok = right | jnp.where(big_z, ok_ig, ok_levy)
-        accept = ok & _series_accepts(x, v)
-        new = ~done & accept
-        x_out = jnp.where(new, x, x_out)
-        return key, done | new, x_out, rounds + 1
-
-    done = ~jnp.isfinite(c)
-    init = (key, done, jnp.full(c.shape, jnp.nan, jnp.float32), jnp.int32(0))
-    _, _, x, _ = lax.while_loop(cond, body, init)
-    return x / 4
+    right = u_comp < p_right
+    x = jnp.where(right, x_right, jnp.where(big_z, x_ig, x_levy))
+    ok = right | jnp.where(big_z, ok_ig, ok_levy)
+    return ok & _series_accepts(x, v), x
 
 
 def _series_accepts(x, v):

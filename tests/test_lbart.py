@@ -92,6 +92,16 @@ def test_pg_extreme_and_nonfinite():
     assert x[2] == pytest.approx(1 / 400, rel=0.3)
 
 
+def test_pg_draw_depends_only_on_its_stream():
+    """A subset of the elements, with their stream numbers, gets the same
+    draws: the draws do not depend on the batch (or device) they are in."""
+    c = 3 * random.normal(random.key(0), (3000,))
+    draw = jax.jit(polyagamma.pg1)
+    whole = np.asarray(draw(random.key(1), c))
+    part = np.asarray(draw(random.key(1), c[1000:1300], 1000))
+    np.testing.assert_array_equal(part, whole[1000:1300])
+
+
 # ---------------------------------------------------------------- the latent update
 
 
