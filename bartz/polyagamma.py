@@ -27,9 +27,8 @@ weights of the components are the masses of their untruncated envelopes, so
 this is plain rejection sampling from one envelope). Each round accepts
 most points (at least about 70% for any ``c``), and the loop runs until all
 points are accepted, so its length grows like ``log n``. Each point's
-draws come from its own
-random stream, so the result does not depend on how the points are split
-into batches or devices.
+draws come from its own random stream, so the result does not depend on
+how the points are split into batches or devices.
 
 References
 ----------
@@ -40,6 +39,7 @@ related to Jacobi theta functions", Stat. Probab. Lett. 79(21).
 """
 
 import math
+
 import jax
 import numpy as np
 from jax import lax, random
