@@ -218,7 +218,7 @@ def init(
             msg = 'logit_offset needs a binary y and no prec_weights'
             raise ValueError(msg)
         # start at the mean of omega ~ PG(1, offset), i.e. given f = 0
-        prec_weights = np.full(n, _pg1_mean_np(logit_offset), np.float32)
+        prec_weights = np.full(n, polyagamma.pg1_mean(logit_offset), np.float32)
         z = np.where(valid, (y - 0.5) / prec_weights - logit_offset, 0.0).astype(np.float32)
         resid = z
         threshold = None
@@ -880,10 +880,6 @@ def _draw_latent_logit(key, state: State, data_axis=None) -> State:
     return state._replace(
         z=z, resid=jnp.where(real, z - mean, 0.0), prec_weights=omega, forest=forest._replace(leaf_prec=leaf_prec)
     )
-
-
-def _pg1_mean_np(c):
-    return float(polyagamma.pg1_mean(c))
 
 
 _THETA_GRID_SIZE = 1000
