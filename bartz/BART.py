@@ -103,8 +103,9 @@ def gbart(
     """Fit BART by MCMC, as R's ``BART::gbart``.
 
     ``y = f(x) + eps``, ``eps ~ N(0, sigma^2 w^2)`` (``type='wbart'``), or
-    ``P(y = 1 | x) = Phi(f(x))`` (``type='pbart'``), with ``f`` a sum of
-    ``ntree`` regression trees plus ``offset``.
+    ``P(y = 1 | x) = Phi(f(x))`` (``type='pbart'``), or ``P(y = 1 | x) = 1 /
+    (1 + exp(-f(x)))`` (``type='lbart'``), with ``f`` a sum of ``ntree``
+    regression trees plus ``offset``.
 
     Parameters
     ----------
@@ -116,12 +117,18 @@ def gbart(
         (``NaN``, ``None``, ``pd.NA``) are allowed and the model learns from
         them (see `bartz.encoding`).
     y_train
-        ``(n,)`` outcome: numbers; 0/1 (or bool) for ``type='pbart'``.
+        ``(n,)`` outcome: numbers; 0/1 (or bool) for ``type='pbart'`` and
+        ``'lbart'``.
     x_test
         Optional ``(n_test, p)`` predictors to predict at: the columns of
         ``x_train`` (matched by name for a DataFrame), encoded the same way.
     type
-        ``'wbart'`` (continuous, default) or ``'pbart'`` (binary probit).
+        ``'wbart'`` (continuous, default), ``'pbart'`` (binary probit) or
+        ``'lbart'`` (binary logistic). R's ``lbart`` draws the logistic
+        model with Holmes & Held's scale mixture of normals; bartz with
+        Polya-Gamma augmentation (Polson, Scott & Windle 2013, see
+        `bartz.polyagamma`): an exact Gibbs update too, of the same
+        posterior.
     sparse
         DART variable selection (Linero 2018): split probabilities ``s ~
         Dirichlet(theta/p, ..., theta/p)`` drawn from their posterior, switched
@@ -160,20 +167,21 @@ def gbart(
         Tree prior: a node at depth d splits with probability
         ``base / (1 + d)**power``.
     tau_num
-        Default ``(max y - min y) / 2`` (wbart) or 3 (pbart).
+        Default ``(max y - min y) / 2`` (wbart), 3 (pbart) or 6 (lbart), as R.
     offset
-        Default ``mean(y)`` (wbart) or ``Phi^-1(mean(y))`` (pbart).
+        Default ``mean(y)`` (wbart), ``Phi^-1(mean(y))`` (pbart) or
+        ``logit(mean(y))`` (lbart).
     w
         ``(n,)`` positive multipliers of the error sd (wbart only).
     ntree
-        Number of trees; default 200 (wbart) or 50 (pbart).
+        Number of trees; default 200 (wbart) or 50 (pbart, lbart).
     numcut
         Number of cut-points per predictor (int or one per encoded
         column). A column with missing values gets one more, which
         separates them.
     ndpost, nskip, keepevery
         Kept draws, burn-in iterations, iterations per kept draw (default
-        1 for wbart, 10 for pbart). The chain runs ``nskip + ndpost *
+        1 for wbart, 10 for pbart and lbart). The chain runs ``nskip + ndpost *
         keepevery`` iterations.
     printevery
         Progress every this many iterations; None for silence.
@@ -370,7 +378,8 @@ def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh):
         prec_weights=prec_weights,
         min_points_per_leaf=settings.min_points_per_leaf,
         log_s=log_s,
-        probit_threshold=-prior.offset if outcome.binary else None,
+        probit_threshold=-prior.offset if outcome.name == 'pbart' else None,
+        logit_offset=prior.offset if outcome.name == 'lbart' else None,
         valid=valid,
         dart=dart if settings.sparse else None,
     )

@@ -32,15 +32,20 @@ from bartz import (  # noqa: E402
 )
 from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
 from bartz.io import load  # noqa: E402
+from bartz import estimators, partial, polyagamma  # noqa: E402
+from bartz.estimators import BARTClassifier, BARTRegressor  # noqa: E402
 
 __version__ = '0.1.0'
 
 __all__ = [
+    'BARTClassifier',
     'BARTFit',
+    'BARTRegressor',
     'buckets',
     'compile_cache',
     'diagnostics',
     'encoding',
+    'estimators',
     'gbart',
     'grove',
     'io',
@@ -49,6 +54,8 @@ __all__ = [
     'mc_gbart',
     'mcmcloop',
     'mcmcstep',
+    'partial',
+    'polyagamma',
     'prepcovars',
     'priors',
     'sharding',

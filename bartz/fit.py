@@ -30,7 +30,7 @@ class BARTFit:
     Attributes
     ----------
     yhat_train, yhat_train_mean, yhat_test, yhat_test_mean
-        Draws ``(ndpost, n)`` of f and their mean (latent scale for probit).
+        Draws ``(ndpost, n)`` of f and their mean (latent scale for binary outcomes).
     prob_train, prob_train_mean, prob_test, prob_test_mean
         Probit only: draws and mean of ``P(y = 1 | x) = Phi(yhat)``.
     sigma, sigma_, sigma_mean
@@ -43,19 +43,19 @@ class BARTFit:
 
     __slots__ = {
         # ---- what was fitted
-        'type': "outcome type: 'wbart' (continuous) or 'pbart' (binary probit)",
+        'type': "outcome type: 'wbart' (continuous), 'pbart' (binary probit) or 'lbart' (binary logistic)",
         'ndpost': 'number of kept draws (over all chains)',
         'ntree': 'number of trees',
         'chains': 'number of chains (mc_cores)',
         # ---- priors and settings (R's names)
         'offset': 'constant added to the sum of trees',
-        'sigest': 'prior guess of the error sd (continuous; None for probit)',
+        'sigest': 'prior guess of the error sd (continuous; None for binary)',
         'k': 'leaf prior: sd tau_num / (k sqrt(ntree))',
         'power': 'tree prior: P(split at depth d) = base / (1 + d)**power',
         'base': 'tree prior, see power',
         'sigdf': 'error variance prior degrees of freedom',
         'sigquant': 'error variance prior quantile',
-        'lambda_': 'error variance prior scale (continuous; None for probit)',
+        'lambda_': 'error variance prior scale (continuous; None for binary)',
         'tau_num': 'leaf prior numerator, see k',
         'numcut': '(p_model,) int32: number of cut-points of each kept model column',
         'xinfo': '(p_model, max_K) float32: cut-points of each kept model column, +inf padded',
@@ -65,10 +65,10 @@ class BARTFit:
         'yhat_train_mean': '(n,) posterior mean of f at x_train',
         'yhat_test': '(ndpost, n_test) draws of f at x_test; None without x_test',
         'yhat_test_mean': '(n_test,) posterior mean of f at x_test; None without x_test',
-        'prob_train': 'probit: (ndpost, n) draws of P(y = 1 | x) at x_train; None if save_yhat_train=False',
-        'prob_train_mean': 'probit: (n,) posterior mean of P(y = 1 | x) at x_train',
-        'prob_test': 'probit: (ndpost, n_test) draws of P(y = 1 | x) at x_test; None without x_test',
-        'prob_test_mean': 'probit: (n_test,) posterior mean of P(y = 1 | x) at x_test; None without x_test',
+        'prob_train': 'binary: (ndpost, n) draws of P(y = 1 | x) at x_train; None if save_yhat_train=False',
+        'prob_train_mean': 'binary: (n,) posterior mean of P(y = 1 | x) at x_train',
+        'prob_test': 'binary: (ndpost, n_test) draws of P(y = 1 | x) at x_test; None without x_test',
+        'prob_test_mean': 'binary: (n_test,) posterior mean of P(y = 1 | x) at x_test; None without x_test',
         'sigma': 'continuous: error sd, burn-in included: (nskip + ndpost,), or (nskip + ndpost/chains, chains)',
         'sigma_': 'continuous: (ndpost,) kept draws of the error sd, chain after chain',
         'sigma_mean': 'continuous: posterior mean of the error sd',
@@ -99,7 +99,7 @@ class BARTFit:
 
     def __repr__(self):
         outcome = priors.OUTCOME_TYPES[self.type]
-        kind = outcome.link if outcome.binary else 'continuous'
+        kind = {'probit': 'probit', 'logit': 'logistic'}[outcome.link] if outcome.binary else 'continuous'
         extra = f', sigma_mean={self.sigma_mean:.4g}' if hasattr(self, 'sigma_mean') else ''
         return (
             f'BARTFit(type={self.type!r} ({kind}), n={self._n}, p={self._p}, ntree={self.ntree}, '
@@ -171,13 +171,27 @@ class BARTFit:
 
     def _evaluate(self, X, m, kind, max_memory, link):
         """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
-        params = {'probit': (self.offset,), 'affine': (self.offset, self._scale), None: ()}[link]
+        params = {'probit': (self.offset,), 'logit': (self.offset,), 'affine': (self.offset, self._scale), None: ()}[link]
         kwargs = {'kind': kind, 'max_memory': max_memory, 'link': link, 'link_params': params}
         if self._mesh is not None and self._mesh.devices.size > 1:
             f = sharding.evaluate_trace_sharded(X, self._trace, self._mesh, **kwargs)
         else:
             f = grove.evaluate_trace(jax.device_put(X), self._trace, **kwargs)
         return np.asarray(f)[..., :m]
+
+    def partial_dependence(self, x, var, grid=None, *, kind='mean', level=0.95, max_memory=64 * 2**20):
+        """Posterior of the partial dependence on one or two predictors, as
+        R's ``pdbart``: the average over the rows of `x` of f with `var`
+        set to each grid value, for every draw. See
+        `bartz.partial.partial_dependence` (the arguments) and
+        `bartz.plot.partial_dependence` (the figure).
+
+        Returns a DataFrame: the grid, then ``mean``, ``sd``, ``median``,
+        ``lower``, ``upper``; binary fits on the probability scale.
+        """
+        from bartz import partial  # noqa: PLC0415
+
+        return partial.partial_dependence(self, x, var, grid, kind=kind, level=level, max_memory=max_memory)
 
     # ------------------------------------------------------------ summaries
 

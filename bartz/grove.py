@@ -183,7 +183,7 @@ def var_count_scatter(var_tree: jax.Array, split_tree: jax.Array, num_vars: int)
 _TEMP_BYTES_PER_POINT_TREE = 16
 DEFAULT_MAX_MEMORY = 256 * 2**20
 _CACHE_FRIENDLY_BYTES = 32 * 2**20
-_LINKS = (None, 'affine', 'probit')
+_LINKS = (None, 'affine', 'probit', 'logit')
 
 
 def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_tree):
@@ -247,6 +247,9 @@ def _trace_sums(X, trace: TreeHeaps, kind, link, link_params):
         if link == 'probit':
             (offset,) = link_params
             return jax.scipy.stats.norm.cdf(offset + f)
+        if link == 'logit':
+            (offset,) = link_params
+            return jax.nn.sigmoid(offset + f)
         return f
 
     def body(carry, trees):
@@ -328,7 +331,8 @@ def evaluate_trace(
         Applied to each draw's sum of trees ``f`` before it is returned or
         averaged: None (identity), ``'affine'`` (``offset + scale * f``, with
         ``link_params = (offset, scale)``), or ``'probit'`` (``Phi(offset +
-        f)``, with ``link_params = (offset,)``).
+        f)``, with ``link_params = (offset,)``), or ``'logit'`` (``1 / (1 +
+        exp(-(offset + f)))``, likewise).
     link_params
         Parameters of the link, as arrays or floats.
 

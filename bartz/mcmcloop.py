@@ -100,7 +100,8 @@ def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: st
         max_split=P(),
         y=P(D),
         z=opt(state.z, P(C, D)),
-        prec_weights=opt(state.prec_weights, P(D)),
+        # per chain for logistic BART, where they are the Polya-Gamma variables
+        prec_weights=opt(state.prec_weights, P(C, D) if state.logit_offset is not None else P(D)),
         resid=P(C, D),
         sigma2=P(C),
         forest=mcmcstep.Forest(
@@ -119,6 +120,7 @@ def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: st
         log_s=P(C),
         probit_threshold=opt(state.probit_threshold, P()),
         dart=None if state.dart is None else mcmcstep.Dart(*(P(C) for _ in mcmcstep.Dart._fields)),
+        logit_offset=opt(state.logit_offset, P()),
     )
 
 

@@ -57,7 +57,7 @@ from jax import lax, random
 from jax import numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
-from bartz import grove
+from bartz import grove, polyagamma
 
 __all__ = [
     'Dart',
@@ -106,6 +106,7 @@ class State(NamedTuple):
     log_s: jax.Array  # (p,) float32: log split probabilities (uniform: zeros)
     probit_threshold: jax.Array | None  # () float32: latent > threshold iff y = 1 (= -offset)
     dart: 'Dart | None'  # DART variable selection; None if off
+    logit_offset: jax.Array | None = None  # () float32: logistic (lbart) offset; None unless logistic
 
 
 class Dart(NamedTuple):
@@ -155,6 +156,7 @@ def init(
     probit_threshold: float | None = None,
     valid: jax.Array | None = None,
     dart: dict | None = None,
+    logit_offset: float | None = None,
 ) -> State:
     """Make the initial state: every tree a single leaf with value 0.
 
@@ -200,6 +202,13 @@ def init(
         number of predictors with a cut-point) and ``on`` (start with the
         updates switched on; `bartz.mcmcloop.run_mcmc` switches them on
         after half the burn-in).
+    logit_offset
+        For binary ``y``: None for probit; a float for logistic BART
+        (``P(y = 1) = 1 / (1 + exp(-(logit_offset + f)))``), sampled by
+        Polya-Gamma augmentation (`_draw_latent_logit`). Then ``z`` holds
+        the Gaussian pseudo-responses minus the offset and `prec_weights`
+        the Polya-Gamma variables (per chain), so `prec_weights` must be
+        None.
     valid
         Optional ``(n,)`` bool mask of real points. Other points (padding, so
         that ``n`` divides among devices) get leaf index 0, an unused heap
@@ -217,7 +226,18 @@ def init(
     is_binary = y.dtype == np.bool_
     y = y.astype(np.bool_ if is_binary else np.float32)
     valid = np.ones(n, bool) if valid is None else np.asarray(valid, bool)
-    if is_binary:
+    logistic = logit_offset is not None
+    if logistic:
+        if not is_binary or prec_weights is not None:
+            msg = 'logit_offset needs a binary y and no prec_weights'
+            raise ValueError(msg)
+        # start at the mean of omega ~ PG(1, offset), i.e. given f = 0
+        prec_weights = np.full(n, polyagamma.pg1_mean(logit_offset), np.float32)
+        z = np.where(valid, (y - 0.5) / prec_weights - logit_offset, 0.0).astype(np.float32)
+        resid = z
+        threshold = None
+        sigma2 = np.float32(1.0)
+    elif is_binary:
         threshold = np.float32(probit_threshold if probit_threshold is not None else 0.0)
         # start at the mean of the latent truncated normal given f = 0
         z = np.where(y, threshold + 0.8, threshold - 0.8).astype(np.float32)
@@ -265,6 +285,7 @@ def init(
         log_s=np.zeros(p, np.float32) if log_s is None else np.asarray(log_s, np.float32),
         probit_threshold=threshold,
         dart=None if dart is None else _init_dart(dart, max_split),
+        logit_offset=np.float32(logit_offset) if logistic else None,
     )
     # distinct device buffers for every field, so that the state can be donated
     return jax.tree.map(lambda x: x if x is X else jax.device_put(x), state)
@@ -948,6 +969,36 @@ def _draw_latent(key, state: State, data_axis=None) -> State:
     return state._replace(z=z, resid=z - mean)
 
 
+def _draw_latent_logit(key, state: State, data_axis=None) -> State:
+    """Logistic BART by Polya-Gamma augmentation (Polson, Scott & Windle 2013).
+
+    With ``psi_i = offset + f_i``, ``omega_i | psi_i ~ PG(1, psi_i)``
+    exactly (`bartz.polyagamma`); given ``omega``, the logistic likelihood
+    of ``psi`` is that of ``(y_i - 1/2) / omega_i ~ N(psi_i, 1 / omega_i)``,
+    so the trees are drawn by the weighted Gaussian sweep with ``sigma^2 =
+    1``, precision weights ``omega`` and pseudo-responses ``z`` (stored minus
+    the offset). The per-leaf precision sums ``leaf_prec`` follow ``omega``:
+    they are recomputed from the leaf indices, one scatter per tree, memory
+    O(n).
+    """
+    forest = state.forest
+    mean = state.z - state.resid
+    n = mean.shape[0]
+    offset = 0 if data_axis is None else lax.axis_index(data_axis) * n
+    real = forest.leaf_indices[0] != 0  # padding has no leaf
+    psi = jnp.where(real, state.logit_offset + mean, 0.0)
+    omega = polyagamma.pg1(key, psi, offset)
+    omega = jnp.where(real, omega, 0.0)
+    kappa = jnp.where(state.y, 0.5, -0.5)
+    z = jnp.where(real, kappa / jnp.where(real, omega, 1.0) - state.logit_offset, 0.0)
+    heap_size = forest.leaf_tree.shape[1]
+    leaf_prec = lax.map(lambda row: _leaf_sums(row, omega, heap_size), forest.leaf_indices)
+    leaf_prec = _psum(leaf_prec, data_axis)
+    return state._replace(
+        z=z, resid=jnp.where(real, z - mean, 0.0), prec_weights=omega, forest=forest._replace(leaf_prec=leaf_prec)
+    )
+
+
 _THETA_GRID_SIZE = 1000
 
 
@@ -1004,7 +1055,9 @@ def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple
     state, info = _sweep_trees(key_sweep, state, moves, data_axis)
     if state.dart is not None:
         state = _draw_dart(key_dart, state)
-    if state.z is not None:
+    if state.logit_offset is not None:
+        state = _draw_latent_logit(key_last, state, data_axis)
+    elif state.z is not None:
         state = _draw_latent(key_last, state, data_axis)
     else:
         state = _draw_sigma2(key_last, state, data_axis)
@@ -1015,6 +1068,8 @@ def chain_axes(state: State) -> State:
     """`vmap` axes of a multi-chain state: 0 for per-chain fields, None for
     the data and hyperparameters, which the chains share."""
     per_chain = {'z', 'resid', 'sigma2', 'forest', 'log_s', 'dart'}
+    if state.logit_offset is not None:
+        per_chain.add('prec_weights')  # the Polya-Gamma variables
     return State(*(0 if name in per_chain else None for name in State._fields))
 
 

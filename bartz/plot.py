@@ -1,4 +1,5 @@
-"""Matplotlib figures of a `gbart` fit: predictions against truth, sigma trace.
+"""Matplotlib figures of a `gbart` fit: predictions against truth, sigma trace,
+partial dependence.
 
 The functions draw on an `~matplotlib.axes.Axes` (a new figure when ``ax`` is
 None) and return it; they never call ``plt.show``. If no display is
@@ -26,7 +27,7 @@ if 'matplotlib.pyplot' not in sys.modules and not os.environ.get('MPLBACKEND') a
 
 from matplotlib import pyplot as plt  # noqa: E402
 
-__all__ = ['plot_fit', 'plot_sigma']
+__all__ = ['partial_dependence', 'plot_fit', 'plot_sigma']
 
 
 def _draws_from(fit_or_draws, n: int, which: str | None) -> np.ndarray:
@@ -41,7 +42,7 @@ def _draws_from(fit_or_draws, n: int, which: str | None) -> np.ndarray:
             raise ValueError(msg)
         return draws
     fit = fit_or_draws
-    prefix = 'prob' if getattr(fit, 'type', 'wbart') == 'pbart' else 'yhat'
+    prefix = 'prob' if getattr(fit, 'type', 'wbart') in ('pbart', 'lbart') else 'yhat'
     if which not in (None, 'train', 'test'):
         msg = f"which must be None, 'train' or 'test', got {which!r}"
         raise ValueError(msg)
@@ -215,4 +216,90 @@ def plot_sigma(fit, ax=None):
     ax.set_ylabel('sigma')
     ax.set_title('error standard deviation')
     ax.legend(loc='upper right', fontsize='small')
+    return ax
+
+
+def partial_dependence(pd_or_fit, x=None, var=None, grid=None, ax=None, *, level: float = 0.95, **kwargs):
+    """Plot the posterior partial dependence on one or two predictors.
+
+    One predictor: the posterior mean against the grid with the central
+    credible band shaded (numeric grids), or with error bars (categories).
+    Two predictors: the posterior mean as a heat map over the grid product,
+    with contour lines.
+
+    Parameters
+    ----------
+    pd_or_fit : DataFrame or BARTFit
+        The result of `bartz.BARTFit.partial_dependence`, or a fit, in
+        which case it is computed here from `x`, `var`, `grid`, `level` and
+        the keyword arguments.
+    x, var, grid
+        Passed to `bartz.BARTFit.partial_dependence` when `pd_or_fit` is a
+        fit; must be left out otherwise.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure is made if None.
+    level : float, default 0.95
+        Band level when computing from a fit (a table keeps its own).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import pandas as pd  # noqa: PLC0415
+
+    if isinstance(pd_or_fit, pd.DataFrame):
+        if x is not None or var is not None or grid is not None or kwargs:
+            msg = 'x, var, grid and other options apply only when pd_or_fit is a BARTFit'
+            raise ValueError(msg)
+        table = pd_or_fit
+    elif hasattr(pd_or_fit, 'partial_dependence'):
+        if x is None or var is None:
+            msg = 'x and var are needed to compute the partial dependence from a fit'
+            raise ValueError(msg)
+        table = pd_or_fit.partial_dependence(x, var, grid, level=level, **kwargs)
+    else:
+        msg = f'pd_or_fit must be a partial-dependence DataFrame or a BARTFit, got {type(pd_or_fit).__name__}'
+        raise TypeError(msg)
+    names = table.attrs.get('var')
+    needed = {'mean', 'lower', 'upper'}
+    if not names or not needed <= set(table.columns) or not set(names) <= set(table.columns):
+        msg = 'pd_or_fit is not a table from BARTFit.partial_dependence (attrs["var"] and mean/lower/upper columns)'
+        raise ValueError(msg)
+    band = table.attrs.get('level', level)
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4) if len(names) == 1 else (6, 5))
+    if len(names) == 1:
+        name = names[0]
+        grid_values = table[name].to_numpy()
+        mean = table['mean'].to_numpy(dtype=np.float64)
+        low = table['lower'].to_numpy(dtype=np.float64)
+        high = table['upper'].to_numpy(dtype=np.float64)
+        if np.issubdtype(grid_values.dtype, np.number):
+            ax.fill_between(grid_values, low, high, color='C0', alpha=0.25, lw=0, label=f'{band:.0%} band')
+            ax.plot(grid_values, mean, 'o-', color='C0', ms=3, label='posterior mean')
+        else:
+            pos = np.arange(len(grid_values))
+            ax.errorbar(pos, mean, yerr=[mean - low, high - mean], fmt='o', color='C0', capsize=3,
+                        label=f'posterior mean, {band:.0%} band')
+            ax.set_xticks(pos, [str(v) for v in grid_values])
+        ax.set_xlabel(str(name))
+        ax.set_ylabel('partial dependence')
+        ax.legend(loc='best', fontsize='small')
+    else:
+        a, b = names
+        wide = table.pivot_table(index=b, columns=a, values='mean', sort=True)
+        xa, xb = wide.columns.to_numpy(), wide.index.to_numpy()
+        if not (np.issubdtype(xa.dtype, np.number) and np.issubdtype(xb.dtype, np.number)):
+            msg = 'two-predictor plots need numeric grids'
+            raise ValueError(msg)
+        values = wide.to_numpy(dtype=np.float64)
+        mesh = ax.pcolormesh(xa, xb, values, shading='nearest', cmap='viridis')
+        if min(values.shape) >= 2 and np.isfinite(values).all():
+            contours = ax.contour(xa, xb, values, colors='w', linewidths=0.7)
+            ax.clabel(contours, fontsize='x-small')
+        ax.figure.colorbar(mesh, ax=ax, label='partial dependence (posterior mean)')
+        ax.set_xlabel(str(a))
+        ax.set_ylabel(str(b))
+    ax.set_title('partial dependence')
     return ax

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from bartz import _checks
 
@@ -33,7 +33,7 @@ __all__ = ['OUTCOME_TYPES', 'OutcomeType', 'Priors', 'check_outcome', 'outcome_t
 class OutcomeType(NamedTuple):
     """One outcome type of `bartz.gbart` (R's ``type``)."""
 
-    name: str  # R's name: 'wbart', 'pbart'
+    name: str  # R's name: 'wbart', 'pbart', 'lbart'
     binary: bool  # y is 0/1 and the trees model a latent
     ntree: int  # default number of trees (R)
     keepevery: int  # default thinning (R)
@@ -63,6 +63,19 @@ OUTCOME_TYPES = {
         default_offset=lambda y: float(stats.norm.ppf(y.mean())),
         link='probit',
         prob=stats.norm.cdf,
+    ),
+    # R's lbart draws the logistic model with Holmes & Held's scale mixture of
+    # normals; bartz with Polya-Gamma augmentation (bartz.polyagamma): another
+    # exact Gibbs update of the same posterior.
+    'lbart': OutcomeType(
+        name='lbart',
+        binary=True,
+        ntree=50,
+        keepevery=10,
+        default_tau_num=lambda y: 6.0,
+        default_offset=lambda y: float(special.logit(y.mean())),
+        link='logit',
+        prob=special.expit,
     ),
 }
 """The outcome types, by R's name."""
@@ -134,8 +147,10 @@ def r_priors(
 ) -> Priors:
     """R's default priors, as ``BART::gbart`` computes them.
 
-    - ``offset``: ``mean(y)`` (continuous), ``Phi^-1(mean(y))`` (probit);
-    - ``tau_num``: ``(max y - min y) / 2`` (continuous), 3 (probit); the
+    - ``offset``: ``mean(y)`` (continuous), ``Phi^-1(mean(y))`` (probit),
+      ``logit(mean(y))`` (logistic);
+    - ``tau_num``: ``(max y - min y) / 2`` (continuous), 3 (probit), 6
+      (logistic); the
       leaf prior sd is ``tau_num / (k sqrt(ntree))``;
     - ``sigest``: residual sd of the OLS fit of ``y`` on ``x_ols`` (``sd(y)``
       with no predictors or ``p >= n - 1``); missing values in ``x_ols``

@@ -310,4 +310,4 @@ def test_evaluate_trace_bad_arguments(trace_setup):
     with pytest.raises(ValueError, match='kind'):
         grove.evaluate_trace(X, trace, kind='median')
     with pytest.raises(ValueError, match='link'):
-        grove.evaluate_trace(X, trace, link='logit')
+        grove.evaluate_trace(X, trace, link='cloglog')
