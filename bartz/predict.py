@@ -1,0 +1,516 @@
+"""Prediction at any scale: posterior summaries at new points in bounded memory.
+
+`predict_rows` evaluates a trace of forests (`bartz.grove.TreeHeaps`) at new
+points and returns the draws or a summary of them, in memory that does not
+grow with the number of rows times the number of draws:
+
+- rows are read from the input (a numpy array, a numpy memmap, a DataFrame)
+  a host chunk at a time, converted to float and binned chunk by chunk, so
+  host memory holds one chunk of floats, never the whole input as float64;
+- on the device, each host chunk is cut into batches of points sized to the
+  CPU cache and to the memory budget (`bartz.jaxext.autobatch`); the draws
+  of one batch are reduced to the summary inside the batch (mean, sd,
+  quantiles), so they are never all materialised;
+- the mean of a linear link is computed over a compressed trace, where a
+  run of draws in which a tree keeps its structure costs one traversal
+  (`bartz.grove.compress_trace`).
+
+The front end (`bartz.BARTFit.predict`, `bartz.BARTFit.predict_chunks`)
+validates the arguments and calls `predict_rows`; this module does no
+validation of its own beyond what shapes require.
+"""
+
+import functools
+import math
+import numbers
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import jax
+import numpy as np
+import pandas as pd
+from jax import numpy as jnp
+from jax import random
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from bartz import buckets, grove, prepcovars, sharding
+from bartz.jaxext import autobatch
+
+__all__ = [
+    'KINDS',
+    'Binning',
+    'Model',
+    'check_kind',
+    'check_w_new',
+    'iter_row_chunks',
+    'predict_rows',
+    'quantile_plan',
+    'summarize_draws',
+]
+
+KINDS = ('draws', 'mean', 'sd', 'quantiles')
+
+# Host memory for one chunk of rows (float64 copy, bins, output); larger
+# chunks only cost memory: the device work is cut into cache-sized batches.
+HOST_CHUNK_BYTES = 64 * 2**20
+
+
+class Binning(NamedTuple):
+    """How new rows are checked and binned like the training predictors."""
+
+    p: int  # number of columns of x_train
+    columns: list | None  # DataFrame column names of x_train, or None
+    kept: np.ndarray  # (p,) bool: predictors kept by rm_const
+    splits: np.ndarray  # (p_kept, max_K) float32 cut-points, padded with +inf
+
+
+class Model(NamedTuple):
+    """What prediction needs of a fit: the trees and how f maps to the output."""
+
+    trace: grove.TreeHeaps  # (ndpost, m, ...) device arrays
+    link: str  # 'affine' (continuous) or 'probit'
+    link_params: tuple  # (offset, scale) or (offset,)
+    sigma: np.ndarray | None  # (ndpost,) error sd per draw (continuous), data units
+    mesh: Mesh | None  # points are split over its devices if it has several
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def check_kind(kind, q):
+    """Check `kind` and `q`; return ``(kind, q)`` with `q` a tuple of floats or None.
+
+    A float `q` gives a 1-tuple; the result of ``kind='quantiles'`` has one
+    row per entry of `q` either way.
+    """
+    if not isinstance(kind, str) or kind not in KINDS:
+        msg = f'kind must be one of {KINDS}, got {kind!r}'
+        raise ValueError(msg)
+    if kind != 'quantiles':
+        if q is not None:
+            msg = f"q is for kind='quantiles' only, got q={q!r} with kind={kind!r}"
+            raise ValueError(msg)
+        return kind, None
+    if q is None:
+        msg = "kind='quantiles' needs q, a probability or a sequence of probabilities"
+        raise ValueError(msg)
+    values = [q] if isinstance(q, numbers.Real) or np.ndim(q) == 0 else list(np.asarray(q).ravel())
+    if not values:
+        msg = 'q must contain at least one probability, got an empty sequence'
+        raise ValueError(msg)
+    out = []
+    for v in values:
+        if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real | np.integer | np.floating):
+            msg = f'q must contain real numbers in [0, 1], got {v!r}'
+            raise TypeError(msg)
+        v = float(v)
+        if not 0 <= v <= 1:  # also NaN
+            msg = f'q must contain probabilities in [0, 1], got {v!r}'
+            raise ValueError(msg)
+        out.append(v)
+    return kind, tuple(out)
+
+
+def check_w_new(w_new, nrows):
+    """Check the weights of new observations: None, a positive number, or ``(nrows,)`` positive."""
+    if w_new is None:
+        return None
+    if isinstance(w_new, numbers.Real) and not isinstance(w_new, bool):
+        w = np.full(nrows, float(w_new))
+    else:
+        if isinstance(w_new, pd.Series):
+            w_new = w_new.to_numpy()
+        try:
+            w = np.asarray(w_new, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            msg = f'w_new must be numeric, got {w_new!r}'
+            raise TypeError(msg) from e
+        if w.shape != (nrows,):
+            msg = f'w_new must have shape ({nrows},), one weight per row of x_new, got shape {w.shape}'
+            raise ValueError(msg)
+    if not np.all(np.isfinite(w) & (w > 0)):
+        bad = w[~(np.isfinite(w) & (w > 0))][0]
+        msg = f'w_new must be positive and finite, got {bad}'
+        raise ValueError(msg)
+    return w
+
+
+# ---------------------------------------------------------------- summaries
+
+
+def quantile_plan(q: tuple, ndraws: int) -> tuple:
+    """For each probability, ``(lo, hi, t)``: the quantile is the linear
+    interpolation of the sorted draws ``lo`` and ``hi`` at ``t``, as
+    ``numpy.quantile``'s default ('linear', R's type 7)."""
+    plan = []
+    for v in q:
+        h = (ndraws - 1) * v
+        lo = math.floor(h)
+        plan.append((lo, min(lo + 1, ndraws - 1), h - lo))
+    return tuple(plan)
+
+
+def summarize_draws(draws, kind, q=None):
+    """Reduce ``(ndraws, n)`` draws along the draws to ``kind``.
+
+    ``'draws'``: unchanged; ``'mean'``: ``(n,)``; ``'sd'``: ``(n,)``, with
+    ``ddof=1`` as R's ``sd`` (NaN with one draw); ``'quantiles'``:
+    ``(len(q), n)``, equal to ``numpy.quantile(draws, q, axis=0)`` up to
+    float rounding (same interpolation, same formula).
+    """
+    ndraws = draws.shape[0]
+    if kind == 'draws':
+        return draws
+    if kind == 'mean':
+        return jnp.mean(draws, axis=0)
+    if kind == 'sd':
+        centred = draws - jnp.mean(draws, axis=0)
+        return jnp.sqrt(jnp.sum(centred * centred, axis=0) / (ndraws - 1)) if ndraws > 1 else jnp.full(
+            draws.shape[1:], jnp.nan, draws.dtype
+        )
+    if kind == 'quantiles':
+        ordered = jnp.sort(draws, axis=0)
+        rows = []
+        for lo, hi, t in quantile_plan(q, ndraws):
+            a, b = ordered[lo], ordered[hi]
+            diff = b - a
+            # numpy's _lerp: from the nearer end, so that t = 1 gives b exactly
+            rows.append(a + diff * t if t < 0.5 else b - diff * (1 - t))
+        return jnp.stack(rows)
+    msg = f'unknown kind {kind!r}'
+    raise ValueError(msg)
+
+
+# ---------------------------------------------------------------- device kernel
+
+
+class _Static(NamedTuple):
+    """Options that shape the compiled program (hashable)."""
+
+    kind: str
+    q: tuple | None
+    link: str
+    ndraws: int  # draws of the fit (the compressed trace has fewer steps)
+    compressed: bool  # the trace is compressed: the mean of a linear link
+    predictive: bool
+    max_memory: int
+
+
+def _out_axis(static):
+    return 1 if static.kind in ('draws', 'quantiles') else 0
+
+
+def _device_kernel(X, rows, w, trace, link_params, sigma, key, static):
+    """Summaries at the binned points `X` (``(p, n)``); `rows` numbers the
+    points (for the noise of new observations), `w` their weights."""
+    p, n = X.shape
+    num_steps, num_trees, _ = trace.leaf_tree.shape
+    ndraws = static.ndraws
+    if static.compressed:
+        out_rows, draw_temp = 1, 0
+    else:
+        out_rows = {'draws': ndraws, 'quantiles': len(static.q or ())}.get(static.kind, 1)
+        # the batch's draws, their noise and their sorted copy
+        draw_temp = 4 * ndraws * (3 if static.predictive or static.kind == 'quantiles' else 1)
+    io_per_point = p * X.dtype.itemsize + 4 + 4 + 4 * out_rows
+    points = grove.batch_points(num_trees, io_per_point, draw_temp, static.max_memory)
+
+    def per_batch(X, rows, w, trace, link_params, sigma, key):
+        if static.compressed:
+            f = grove.trace_sums(X, trace, kind='sum') / ndraws
+            offset, scale = link_params
+            return offset + scale * f
+        if static.kind == 'mean' and not static.predictive:
+            # nonlinear link: sum of the draws in the scan carry, no (ndraws, batch) array
+            s = grove.trace_sums(X, trace, kind='sum', link=static.link, link_params=link_params)
+            return s / ndraws
+        draws = grove.trace_sums(X, trace, kind='draws', link=static.link, link_params=link_params)
+        if static.predictive:
+            noise = jax.vmap(lambda r: random.normal(random.fold_in(key, r), (ndraws,)), out_axes=1)(rows)
+            draws = draws + sigma[:, None] * w[None, :] * noise
+        return summarize_draws(draws, static.kind, static.q)
+
+    batched = autobatch(
+        per_batch,
+        max(1, points * io_per_point),
+        in_axes=(1, 0, 0, None, None, None, None),
+        out_axes=_out_axis(static),
+        warn_on_overflow=False,
+    )
+    return batched(X, rows, w, trace, link_params, sigma, key)
+
+
+@functools.partial(jax.jit, static_argnames='static')
+def _run_single(X, row_offset, w, trace, link_params, sigma, key, *, static):
+    rows = row_offset + jnp.arange(X.shape[1], dtype=jnp.uint32)
+    w = jnp.ones(X.shape[1], jnp.float32) if w is None else w
+    return _device_kernel(X, rows, w, trace, link_params, sigma, key, static)
+
+
+@functools.cache
+def _sharded_runner(mesh: Mesh, static: _Static):
+    """One jitted program per mesh and options: points split over all devices."""
+    P = PartitionSpec
+    axes = ('chains', 'data')
+    out_spec = P(None, axes) if _out_axis(static) == 1 else P(axes)
+
+    def kernel(X, rows, w, trace, link_params, sigma, key):
+        return _device_kernel(X, rows, w, trace, link_params, sigma, key, static)
+
+    f = jax.shard_map(
+        kernel,
+        mesh=mesh,
+        in_specs=(P(None, axes), P(axes), P(axes), P(), P(), P(), P()),
+        out_specs=out_spec,
+        check_vma=False,
+    )
+
+    @jax.jit
+    def run(X, row_offset, w, trace, link_params, sigma, key):
+        rows = row_offset + jnp.arange(X.shape[1], dtype=jnp.uint32)
+        w = jnp.ones(X.shape[1], jnp.float32) if w is None else w
+        return f(X, rows, w, trace, link_params, sigma, key)
+
+    return run
+
+
+# A compressed trace is computed once per trace (the trace object is kept
+# here with it, so that its id is not reused while cached).
+_COMPRESSED = []
+_COMPRESSED_CACHE_SIZE = 4
+
+
+def _compressed(trace):
+    for original, compressed in _COMPRESSED:
+        if original is trace:
+            return compressed
+    compressed = jax.device_put(grove.compress_trace(trace))
+    _COMPRESSED.insert(0, (trace, compressed))
+    del _COMPRESSED[_COMPRESSED_CACHE_SIZE:]
+    return compressed
+
+
+# ---------------------------------------------------------------- host side
+
+
+def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Check `x` and yield ``(first row, (r, p) float64 rows)`` chunks.
+
+    `x` is an ``(n, p)`` numpy array (also a memmap: only the rows of the
+    current chunk are read and converted), a DataFrame with the training
+    columns (selected and ordered by name), a Series, or anything
+    `numpy.asarray` takes. The whole input is checked (type, columns) before
+    the first chunk; values are checked (finite) chunk by chunk, with the
+    row and column of a bad value in the error.
+    """
+    if x is None:
+        msg = f'{name} must be an array or DataFrame, got None'
+        raise TypeError(msg)
+    if isinstance(x, pd.Series):
+        x = x.to_frame()
+    if isinstance(x, pd.DataFrame):
+        bad = [c for c in x.columns if not (pd.api.types.is_numeric_dtype(x[c]) or pd.api.types.is_bool_dtype(x[c]))]
+        if bad:
+            msg = f'{name} has non-numeric columns {bad}; encode them as numbers first, e.g. with pandas.get_dummies'
+            raise TypeError(msg)
+        names = [str(c) for c in x.columns]
+        if binning.columns is not None and names != list(binning.columns):
+            missing = [c for c in binning.columns if c not in names]
+            if missing:
+                msg = f'{name} lacks the training columns {missing}'
+                raise ValueError(msg)
+            by_name = {str(c): c for c in x.columns}
+            x = x.loc[:, [by_name[c] for c in binning.columns]]
+        ncols = x.shape[1]
+
+        def get(a, b):
+            try:
+                return x.iloc[a:b].to_numpy(dtype=np.float64, na_value=np.nan)
+            except (TypeError, ValueError) as e:
+                msg = f'{name} could not be converted to numbers: {e}'
+                raise TypeError(msg) from e
+
+    else:
+        if not isinstance(x, np.ndarray):
+            try:
+                x = np.asarray(x)
+            except Exception as e:
+                msg = f'{name} could not be converted to an array: {e}'
+                raise TypeError(msg) from e
+        if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+            msg = f'{name} must be numeric, got an array of dtype {x.dtype}'
+            raise TypeError(msg)
+        if np.iscomplexobj(x):
+            msg = f'{name} must be real, got complex values'
+            raise TypeError(msg)
+        if x.ndim not in (1, 2):
+            msg = f'{name} must be 2-dimensional (n, p), got shape {x.shape}'
+            raise ValueError(msg)
+        ncols = 1 if x.ndim == 1 else x.shape[1]
+
+        def get(a, b):
+            chunk = np.asarray(x[a:b], dtype=np.float64)
+            return chunk[:, None] if chunk.ndim == 1 else chunk
+
+    if ncols != binning.p:
+        msg = f'{name} must have {binning.p} columns like x_train, got {ncols}'
+        raise ValueError(msg)
+    n = x.shape[0]
+    for start in range(0, n, rows_per_chunk):
+        chunk = get(start, min(n, start + rows_per_chunk))
+        finite = np.isfinite(chunk)
+        if not finite.all():
+            bad = np.argwhere(~finite)[0]
+            msg = (
+                f'{name} must be finite (no NaN or inf); found {chunk[tuple(bad)]} at row {start + bad[0]}, '
+                f'column {bad[1]}'
+            )
+            raise ValueError(msg)
+        yield start, chunk
+
+
+def num_rows(x) -> int:
+    """Number of rows of an input that `iter_row_chunks` accepts (0 if unknown)."""
+    shape = getattr(x, 'shape', None)
+    if shape is None:
+        return len(np.asarray(x)) if x is not None else 0
+    return int(shape[0]) if len(shape) else 0
+
+
+def rows_per_chunk(p: int, out_bytes_per_row: int, host_bytes: int = HOST_CHUNK_BYTES) -> int:
+    """Rows per host chunk: a length of the size ladder (`bartz.buckets`), so
+    that all full chunks share one compiled program."""
+    per_row = 8 * p + p + 8 + 2 * out_bytes_per_row  # float64 row, bins, index and weight, output (device + host)
+    target = max(buckets.MIN_LENGTH, host_bytes // per_row)
+    return buckets.ladder(target)[-1]
+
+
+def _out_bytes_per_row(kind, q, ndraws):
+    return 4 * {'draws': ndraws, 'quantiles': len(q or ())}.get(kind, 1)
+
+
+def predict_rows(
+    x,
+    model: Model,
+    binning: Binning,
+    *,
+    name: str = 'x_new',
+    kind: str = 'draws',
+    q: tuple | None = None,
+    predictive: bool = False,
+    w_new: np.ndarray | None = None,
+    key: jax.Array | None = None,
+    row_offset: int = 0,
+    max_memory: int = grove.DEFAULT_MAX_MEMORY,
+    host_bytes: int = HOST_CHUNK_BYTES,
+) -> np.ndarray:
+    """Evaluate the posterior at the rows of `x` and summarise it.
+
+    Parameters
+    ----------
+    x
+        ``(n, p)`` new predictors (see `iter_row_chunks`).
+    model, binning
+        The fit's trees and link, and how to bin new rows.
+    name
+        Name of `x` in error messages.
+    kind, q
+        As checked by `check_kind`.
+    predictive
+        Add to each draw ``d`` the noise ``N(0, sigma_d^2 w_i^2)`` of a new
+        observation (``model.sigma`` must be given).
+    w_new
+        ``(n,)`` positive weights of the new observations, or None (all 1).
+    key
+        Random key of the noise; the noise of row ``i`` (counted from
+        `row_offset`) is ``normal(fold_in(key, i), (ndraws,))``, the same
+        whatever the chunking and the memory budget.
+    row_offset
+        Number of the first row of `x` (for the noise).
+    max_memory
+        Bytes of device temporaries of one batch of points (see
+        `bartz.grove.evaluate_trace`).
+    host_bytes
+        Bytes of host memory for one chunk of rows.
+
+    Returns
+    -------
+    float32 numpy array: ``(ndraws, n)`` for ``'draws'``, ``(len(q), n)``
+    for ``'quantiles'``, ``(n,)`` otherwise.
+    """
+    trace = model.trace
+    ndraws = int(trace.leaf_tree.shape[0])
+    compressed = kind == 'mean' and not predictive and model.link == 'affine' and ndraws > 1
+    if compressed:
+        trace = _compressed(trace)
+    static = _Static(kind, q, model.link, ndraws, compressed, bool(predictive), int(max_memory))
+    link_params = tuple(np.float32(v) for v in model.link_params)
+    sigma = None if not predictive else jnp.asarray(np.asarray(model.sigma, np.float32))
+    mesh = model.mesh if model.mesh is not None and model.mesh.devices.size > 1 else None
+    ndev = 1 if mesh is None else mesh.devices.size
+
+    n = num_rows(x)
+    out_rows = {'draws': ndraws, 'quantiles': len(q or ())}.get(kind)
+    out = np.empty((n,) if out_rows is None else (out_rows, n), np.float32)
+    chunk_rows = rows_per_chunk(binning.p, _out_bytes_per_row(kind, q, ndraws), host_bytes)
+
+    pending = None  # the previous chunk's result, fetched after the next chunk is binned
+    for start, rows in iter_row_chunks(name, x, binning, chunk_rows):
+        r = rows.shape[0]
+        X = prepcovars.bin_predictors_np(rows[:, binning.kept], binning.splits)
+        del rows
+        length = buckets.bucket_length(r, ndev)
+        X = np.pad(X, ((0, 0), (0, length - r)))
+        w = None
+        if w_new is not None and predictive:
+            w = np.ones(length, np.float32)
+            w[:r] = w_new[start : start + r]
+        offset = np.uint32(row_offset + start)
+        if mesh is None:
+            result = _run_single(jax.device_put(X), offset, w, trace, link_params, sigma, key, static=static)
+        else:
+            spec = NamedSharding(mesh, PartitionSpec(None, ('chains', 'data')))
+            wspec = NamedSharding(mesh, PartitionSpec(('chains', 'data')))
+            result = _sharded_runner(mesh, static)(
+                jax.device_put(X, spec), offset, None if w is None else jax.device_put(w, wspec),
+                trace, link_params, sigma, key,
+            )
+        if pending is not None:
+            _store(out, *pending)
+        pending = (result, start, r)
+    if pending is not None:
+        _store(out, *pending)
+    return out
+
+
+def _store(out, result, start, r):
+    out[..., start : start + r] = sharding.to_host(result)[..., :r]
+
+
+def predict_chunks(chunks: Iterable, model: Model, binning: Binning, **kwargs) -> Iterator[np.ndarray]:
+    """`predict_rows` on each element of `chunks` in turn, one result per
+    chunk; rows are numbered across chunks (for the noise), so the results
+    are those of `predict_rows` on the concatenated chunks."""
+    offset = kwargs.pop('row_offset', 0)
+    w_chunks = kwargs.pop('w_chunks', None)
+    w_iter = None if w_chunks is None else iter(w_chunks)
+    for i, chunk in enumerate(chunks):
+        w = None if w_iter is None else next(w_iter)
+        yield predict_rows(chunk, model, binning, name=f'chunk {i}', row_offset=offset, w_new=w, **kwargs)
+        offset += num_rows(chunk)
+
+
+def from_fit(fit) -> tuple[Model, Binning]:
+    """The `Model` and `Binning` of a `bartz.BARTFit`.
+
+    The only place that reads the fit's attributes: ``type``, ``offset``,
+    ``sigma_``, ``_scale``, ``_trace``, ``_mesh``, ``_p``, ``_columns``,
+    ``_kept``, ``_splits``.
+    """
+    if fit.type == 'pbart':
+        link, params, sigma = 'probit', (fit.offset,), None
+    else:
+        link, params, sigma = 'affine', (fit.offset, fit._scale), fit.sigma_  # noqa: SLF001
+    model = Model(fit._trace, link, params, sigma, fit._mesh)  # noqa: SLF001
+    binning = Binning(fit._p, fit._columns, np.asarray(fit._kept), np.asarray(fit._splits.splits))  # noqa: SLF001
+    return model, binning
