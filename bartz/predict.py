@@ -201,8 +201,13 @@ def _out_axis(static):
 
 
 def _device_kernel(X, rows, w, trace, link_params, sigma, key, static):
-    """Summaries at the binned points `X` (``(p, n)``); `rows` numbers the
-    points (for the noise of new observations), `w` their weights."""
+    """Summaries at the binned points `X` (``(p, n)``).
+
+    With ``static.predictive``, `rows` (``(n,)`` uint32) numbers the points
+    for the noise of new observations and `w` (``(n,)``, or None for all 1)
+    are their weights; otherwise both are None. They come from the host, so
+    that the only device arrays that grow with ``n`` are inputs and output.
+    """
     p, n = X.shape
     num_steps, num_trees, _ = trace.leaf_tree.shape
     ndraws = static.ndraws
@@ -212,7 +217,7 @@ def _device_kernel(X, rows, w, trace, link_params, sigma, key, static):
         out_rows = {'draws': ndraws, 'quantiles': len(static.q or ())}.get(static.kind, 1)
         # the batch's draws, their noise and their sorted copy
         draw_temp = 4 * ndraws * (3 if static.predictive or static.kind == 'quantiles' else 1)
-    io_per_point = p * X.dtype.itemsize + 4 + 4 + 4 * out_rows
+    io_per_point = p * X.dtype.itemsize + 8 * static.predictive + 4 * out_rows
     points = grove.batch_points(num_trees, io_per_point, draw_temp, static.max_memory)
 
     def per_batch(X, rows, w, trace, link_params, sigma, key):
@@ -227,7 +232,8 @@ def _device_kernel(X, rows, w, trace, link_params, sigma, key, static):
         draws = grove.trace_sums(X, trace, kind='draws', link=static.link, link_params=link_params)
         if static.predictive:
             noise = jax.vmap(lambda r: random.normal(random.fold_in(key, r), (ndraws,)), out_axes=1)(rows)
-            draws = draws + sigma[:, None] * w[None, :] * noise
+            scale = sigma[:, None] if w is None else sigma[:, None] * w[None, :]
+            draws = draws + scale * noise
         return summarize_draws(draws, static.kind, static.q)
 
     batched = autobatch(
@@ -240,11 +246,7 @@ def _device_kernel(X, rows, w, trace, link_params, sigma, key, static):
     return batched(X, rows, w, trace, link_params, sigma, key)
 
 
-@functools.partial(jax.jit, static_argnames='static')
-def _run_single(X, row_offset, w, trace, link_params, sigma, key, *, static):
-    rows = row_offset + jnp.arange(X.shape[1], dtype=jnp.uint32)
-    w = jnp.ones(X.shape[1], jnp.float32) if w is None else w
-    return _device_kernel(X, rows, w, trace, link_params, sigma, key, static)
+_run_single = jax.jit(_device_kernel, static_argnames='static')
 
 
 @functools.cache
@@ -265,13 +267,7 @@ def _sharded_runner(mesh: Mesh, static: _Static):
         check_vma=False,
     )
 
-    @jax.jit
-    def run(X, row_offset, w, trace, link_params, sigma, key):
-        rows = row_offset + jnp.arange(X.shape[1], dtype=jnp.uint32)
-        w = jnp.ones(X.shape[1], jnp.float32) if w is None else w
-        return f(X, rows, w, trace, link_params, sigma, key)
-
-    return run
+    return jax.jit(f)
 
 
 # A compressed trace is computed once per trace (the trace object is kept
@@ -461,20 +457,27 @@ def predict_rows(
         del rows
         length = buckets.bucket_length(r, ndev)
         X = np.pad(X, ((0, 0), (0, length - r)))
-        w = None
-        if w_new is not None and predictive:
-            w = np.ones(length, np.float32)
-            w[:r] = w_new[start : start + r]
-        offset = np.uint32(row_offset + start)
+        rows_idx = w = None
+        if predictive:
+            rows_idx = np.arange(row_offset + start, row_offset + start + length, dtype=np.uint32)
+            if w_new is not None:
+                w = np.ones(length, np.float32)
+                w[:r] = w_new[start : start + r]
         if mesh is None:
-            result = _run_single(jax.device_put(X), offset, w, trace, link_params, sigma, key, static=static)
+            put, put_points = jax.device_put, jax.device_put
         else:
             spec = NamedSharding(mesh, PartitionSpec(None, ('chains', 'data')))
-            wspec = NamedSharding(mesh, PartitionSpec(('chains', 'data')))
-            result = _sharded_runner(mesh, static)(
-                jax.device_put(X, spec), offset, None if w is None else jax.device_put(w, wspec),
-                trace, link_params, sigma, key,
-            )
+            vspec = NamedSharding(mesh, PartitionSpec(('chains', 'data')))
+
+            def put(a):
+                return jax.device_put(a, spec)
+
+            def put_points(a):
+                return None if a is None else jax.device_put(a, vspec)
+
+        run = _run_single if mesh is None else _sharded_runner(mesh, static)
+        args = (put(X), put_points(rows_idx), put_points(w), trace, link_params, sigma, key)
+        result = _run_single(*args, static=static) if mesh is None else run(*args)
         if pending is not None:
             _store(out, *pending)
         pending = (result, start, r)
