@@ -22,6 +22,7 @@ validation of its own beyond what shapes require.
 
 import functools
 import math
+import mmap
 import numbers
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -357,6 +358,42 @@ def _compressed(trace):
 # ---------------------------------------------------------------- host side
 
 
+def _page_releaser(x):
+    """For a numpy memmap opened on a whole file (``np.memmap``, ``np.load(...,
+    mmap_mode='r')``), a function ``release(a, b)`` that tells the kernel that
+    rows ``a:b`` are no longer needed: the pages leave the process's resident
+    memory (they stay in the page cache), so that the RSS does not grow with
+    the file. A no-op for anything else."""
+    mm = getattr(x, '_mmap', None)
+    if (
+        not isinstance(x, np.memmap)
+        or mm is None
+        or not hasattr(mm, 'madvise')
+        or not hasattr(mmap, 'MADV_DONTNEED')
+        or not x.flags.c_contiguous
+        or x.size == 0
+    ):
+        return lambda a, b: None
+    # where x's data starts in the mapping (np.memmap maps from the allocation
+    # granularity below its offset); only trust it if the sizes agree
+    start = int(x.offset) % mmap.ALLOCATIONGRANULARITY
+    if start + x.nbytes > len(mm):
+        return lambda a, b: None
+    row_bytes = x.nbytes // x.shape[0]
+    page = mmap.PAGESIZE
+
+    def release(a, b):
+        lo = start + a * row_bytes
+        hi = start + b * row_bytes
+        lo -= lo % page
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        except (OSError, ValueError):
+            pass
+
+    return release
+
+
 def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
     """Check `x` and yield ``(first row, (r, p) float64 rows)`` chunks.
 
@@ -412,8 +449,11 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
             raise ValueError(msg)
         ncols = 1 if x.ndim == 1 else x.shape[1]
 
+        release = _page_releaser(x)
+
         def get(a, b):
             chunk = np.asarray(x[a:b], dtype=np.float64)
+            release(a, b)
             return chunk[:, None] if chunk.ndim == 1 else chunk
 
     if ncols != binning.p:

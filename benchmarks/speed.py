@@ -322,14 +322,17 @@ def bench_predict(cfg, rng):
 
 
 def _memmap_friedman_x(path, rows, p, seed, block=1_000_000):
-    """A (rows, p) float32 memmap of uniform predictors, written a block at a time."""
-    x = np.lib.format.open_memmap(path, mode='w+', dtype=np.float32, shape=(rows, p))
+    """A (rows, p) float32 .npy file of uniform predictors, written a block at
+    a time through a plain file (writing through a memmap would leave the
+    written pages in this process's RSS), then opened as a memmap."""
     rng = np.random.default_rng(seed)
-    for start in range(0, rows, block):
-        stop = min(rows, start + block)
-        x[start:stop] = rng.uniform(size=(stop - start, p)).astype(np.float32)
-    x.flush()
-    del x
+    with open(path, 'wb') as fh:
+        header = {'descr': np.lib.format.dtype_to_descr(np.dtype(np.float32)), 'fortran_order': False,
+                  'shape': (rows, p)}
+        np.lib.format.write_array_header_1_0(fh, header)
+        for start in range(0, rows, block):
+            stop = min(rows, start + block)
+            fh.write(rng.uniform(size=(stop - start, p)).astype(np.float32).tobytes())
     return np.load(path, mmap_mode='r')
 
 

@@ -310,3 +310,32 @@ def test_compress_trace_sums(fit):
     total = np.asarray(grove.trace_sums(X, jax.device_put(compressed), kind='sum'))
     expected = np.asarray(grove.trace_sums(X, trace, kind='sum'))
     assert_allclose(total, expected, rtol=1e-5, atol=1e-4)
+
+
+def _rss_bytes():
+    with open('/proc/self/status') as fh:
+        for line in fh:
+            if line.startswith('VmRSS:'):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.mark.skipif(not hasattr(__import__('mmap'), 'MADV_DONTNEED'), reason='needs madvise')
+def test_memmap_pages_leave_rss(tmp_path):
+    """Reading a memmapped file chunk by chunk does not keep its pages resident."""
+    rows, p = 2_000_000, 5  # 40 MB of float32
+    path = tmp_path / 'x.npy'
+    with open(path, 'wb') as fh:
+        np.lib.format.write_array_header_1_0(fh, {'descr': '<f4', 'fortran_order': False, 'shape': (rows, p)})
+        for _ in range(4):
+            fh.write(np.ones((rows // 4, p), np.float32).tobytes())
+    x = np.load(path, mmap_mode='r')
+    binning = predict_mod.Binning(p, None, np.ones(p, bool), np.zeros((p, 1), np.float32))
+    before = _rss_bytes()
+    total = 0.0
+    for _, chunk in predict_mod.iter_row_chunks('x', x, binning, 100_000):
+        total += chunk.sum()
+        del chunk
+    grown = _rss_bytes() - before
+    assert total == rows * p
+    assert grown < x.nbytes / 4, grown
