@@ -24,6 +24,7 @@ import functools
 import math
 import mmap
 import numbers
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -339,18 +340,23 @@ def _sharded_runner(mesh: Mesh, static: _Static):
     return jax.jit(f)
 
 
-# A compressed trace is computed once per trace (the trace object is kept
-# here with it, so that its id is not reused while cached).
+# A compressed trace is computed once per trace, and forgotten with it: the
+# cache holds weak references to the trace's leaf array.
 _COMPRESSED = []
 _COMPRESSED_CACHE_SIZE = 4
 
 
 def _compressed(trace):
-    for original, compressed in _COMPRESSED:
-        if original is trace:
+    _COMPRESSED[:] = [(ref, c) for ref, c in _COMPRESSED if ref() is not None]
+    for ref, compressed in _COMPRESSED:
+        if ref() is trace.leaf_tree:
             return compressed
     compressed = jax.device_put(grove.compress_trace(trace))
-    _COMPRESSED.insert(0, (trace, compressed))
+    try:
+        ref = weakref.ref(trace.leaf_tree)
+    except TypeError:  # not weakly referenceable (e.g. numpy): no caching
+        return compressed
+    _COMPRESSED.insert(0, (ref, compressed))
     del _COMPRESSED[_COMPRESSED_CACHE_SIZE:]
     return compressed
 
@@ -584,9 +590,8 @@ def predict_rows(
             def put_points(a):
                 return None if a is None else jax.device_put(a, vspec)
 
-        run = _run_single if mesh is None else _sharded_runner(mesh, static)
         args = (put(X), put_points(rows_idx), put_points(w), trace, link_params, sigma, key)
-        result = _run_single(*args, static=static) if mesh is None else run(*args)
+        result = _run_single(*args, static=static) if mesh is None else _sharded_runner(mesh, static)(*args)
         if pending is not None:
             _store(out, *pending)
         pending = (result, start, r)
