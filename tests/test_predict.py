@@ -290,6 +290,10 @@ def test_bad_arguments(fit, pfit, data):
         fit.predict(bad, kind='quantiles', q=0.5)
     with pytest.raises(ValueError, match='chunk 1'):
         list(fit.predict_chunks([x_test, bad]))
+    with pytest.raises(TypeError, match='chunk 1'):
+        list(fit.predict_chunks([x_test, x_test.astype(str)]))
+    with pytest.raises(TypeError, match='chunk 0'):
+        list(fit.predict_chunks([None]))
 
 
 def test_compress_trace_sums(fit):
