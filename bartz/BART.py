@@ -345,22 +345,10 @@ class BARTFit:
         key = key if predictive else None
         return {'kind': kind, 'q': q, 'predictive': bool(predictive), 'key': key, 'max_memory': max_memory}
 
-    def _bin(self, x, name):
-        """Check and bin new predictors; return them padded to the size
-        ladder (``(p, bucket)``, see `bartz.buckets`) and their number."""
-        arr, _ = _as_matrix(name, x, columns=self._columns)
-        if arr.shape[1] != self._p:
-            msg = f'{name} must have {self._p} columns like x_train, got {arr.shape[1]}'
-            raise ValueError(msg)
-        return self._bin_matrix(arr), arr.shape[0]
-
     def _bin_matrix(self, arr):
         X = prepcovars.bin_predictors_np(arr[:, self._kept], self._splits.splits)
         m = X.shape[1]
         return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
-
-    def _predict_binned(self, X, m, kind, max_memory):
-        return self._evaluate(X, m, kind, max_memory, link='probit' if self.type == 'pbart' else 'affine')
 
     def _evaluate(self, X, m, kind, max_memory, link):
         """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
