@@ -8,12 +8,15 @@ to the outcome type are left unset, as R's result lacks them (e.g.
 ``sigma`` of a probit fit): reading one is an `AttributeError`.
 """
 
+from collections.abc import Iterable
+
 import jax
 import numpy as np
 import pandas as pd
 
 from bartz import buckets, grove, prepcovars, priors, sharding
-from bartz._checks import _check_int
+from bartz import predict as predict_mod
+from bartz._checks import _check_bool, _check_int, _make_key
 
 __all__ = ['BARTFit', 'package']
 
@@ -124,50 +127,114 @@ class BARTFit:
 
     # ------------------------------------------------------------ prediction
 
-    def predict(self, x_new, *, kind='draws', max_memory=grove.DEFAULT_MAX_MEMORY):
-        """Posterior predictions at new points.
+    def predict(
+        self,
+        x_new,
+        *,
+        kind='draws',
+        q=None,
+        predictive=False,
+        w_new=None,
+        seed=0,
+        max_memory=grove.DEFAULT_MAX_MEMORY,
+    ):
+        """Posterior predictions, or their summaries, at new points.
 
         Parameters
         ----------
         x_new
-            ``(m, p)`` array or DataFrame with the training columns (matched
-            by name; categorical levels by value). Missing values are handled
+            ``(m, p)`` numpy array (also a ``numpy.memmap``: rows are read
+            and binned a chunk at a time, never all converted to float64
+            at once) or DataFrame with the training columns (matched by
+            name; categorical levels by value). Missing values are handled
             as in training (see `bartz.encoding`).
         kind
-            ``'draws'``: return ``(ndpost, m)`` draws of f (for probit, of
-            the probability ``Phi(f)``). ``'mean'``: return the posterior
-            mean, ``(m,)`` (for probit, the mean probability), computed
-            without materialising the draws: memory does not grow with
-            ``ndpost``.
+            ``'draws'``: the ``(ndpost, m)`` draws of f (for binary
+            outcomes, of the probability). ``'mean'``, ``'sd'``: their posterior
+            mean and standard deviation (``ddof=1``, as R's ``sd``),
+            ``(m,)``. ``'quantiles'``: ``(len(q), m)``, equal to
+            ``numpy.quantile(draws, q, axis=0)`` up to float rounding. All
+            but ``'draws'`` reduce the draws of each batch of points inside
+            the batch: memory does not grow with ``ndpost`` times ``m``.
+        q
+            For ``kind='quantiles'``: a probability or a sequence of
+            probabilities in [0, 1].
+        predictive
+            Continuous outcomes only: summarise a new observation ``y``
+            instead of ``f``, i.e., add to each draw ``d`` its own noise
+            ``N(0, sigma_d^2 w^2)`` (``sigma_d`` from ``sigma_``).
+        w_new
+            With ``predictive=True``: the weights ``w`` of the new
+            observations, a positive number or one per row (default 1).
+        seed
+            Integer or JAX key of the noise with ``predictive=True``; the
+            same seed gives the same result, whatever ``max_memory``.
         max_memory
             Approximate bound in bytes on the temporary device memory of
-            the traversal (see `bartz.grove.evaluate_trace`).
+            one batch of points (see `bartz.grove.evaluate_trace`).
 
         Returns
         -------
-        A numpy array.
+        A float32 numpy array.
         """
-        if kind not in ('draws', 'mean'):
-            msg = f"kind must be 'draws' or 'mean', got {kind!r}"
+        options = self._predict_options(kind, q, predictive, seed, max_memory)
+        if w_new is not None and not options['predictive']:
+            msg = 'w_new is used only with predictive=True'
+            raise ValueError(msg)
+        w_new = predict_mod.check_w_new(w_new, predict_mod.num_rows(x_new)) if w_new is not None else None
+        model, binning = predict_mod.from_fit(self)
+        return predict_mod.predict_rows(x_new, model, binning, name='x_new', w_new=w_new, **options)
+
+    def predict_chunks(
+        self, chunks, *, kind='mean', q=None, predictive=False, seed=0, max_memory=grove.DEFAULT_MAX_MEMORY
+    ):
+        """`predict` on an iterable of row chunks, one result per chunk.
+
+        Parameters
+        ----------
+        chunks
+            An iterable of ``(m_i, p)`` arrays or DataFrames, for example
+            ``pandas.read_csv(path, chunksize=100_000)``: only one chunk is
+            held at a time.
+        kind, q, predictive, seed, max_memory
+            As in `predict`. Rows are numbered across chunks, so the
+            results are those of `predict` on the concatenated chunks
+            (also the noise with ``predictive=True``).
+
+        Yields
+        ------
+        The result of `predict` on each chunk, in order.
+        """
+        options = self._predict_options(kind, q, predictive, seed, max_memory)
+        if isinstance(chunks, np.ndarray | pd.DataFrame | pd.Series) or not isinstance(chunks, Iterable):
+            msg = (
+                'chunks must be an iterable of arrays or DataFrames (e.g. pandas.read_csv(..., chunksize=...)), '
+                f'got {type(chunks).__name__}; use predict for a single array'
+            )
+            raise TypeError(msg)
+        model, binning = predict_mod.from_fit(self)
+        return predict_mod.predict_chunks(chunks, model, binning, **options)
+
+    def _predict_options(self, kind, q, predictive, seed, max_memory):
+        """Check the options of `predict` and `predict_chunks`."""
+        kind, q = predict_mod.check_kind(kind, q)
+        _check_bool('predictive', predictive)
+        if predictive and priors.OUTCOME_TYPES[self.type].binary:
+            msg = (
+                f"predictive=True is for continuous outcomes (type='wbart'); for type={self.type!r} "
+                'the draws are probabilities'
+            )
             raise ValueError(msg)
         max_memory = _check_int('max_memory', max_memory, 1)
-        X, m = self._bin(x_new, 'x_new')
-        return self._predict_binned(X, m, kind, max_memory)
-
-    def _bin(self, x, name):
-        """Check, encode and bin new predictors; return them padded to the
-        size ladder (``(p, bucket)``, see `bartz.buckets`) and their number."""
-        arr = self._encoding.transform(x, name)
-        return self._bin_matrix(arr), arr.shape[0]
+        key = _make_key(seed)
+        key = key if predictive else None
+        return {'kind': kind, 'q': q, 'predictive': bool(predictive), 'key': key, 'max_memory': max_memory}
 
     def _bin_matrix(self, arr):
         """Bin ``(m, p_model)`` model columns (`bartz.encoding.Encoding.transform`)."""
         X = prepcovars.bin_predictors_np(arr[:, self._kept], self._splits.splits)
         m = X.shape[1]
         return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
-
-    def _predict_binned(self, X, m, kind, max_memory):
-        return self._evaluate(X, m, kind, max_memory, link=priors.OUTCOME_TYPES[self.type].link)
 
     def _evaluate(self, X, m, kind, max_memory, link):
         """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""

@@ -38,6 +38,9 @@ __all__ = [
     'var_count',
     'var_count_scatter',
     'evaluate_trace',
+    'compress_trace',
+    'trace_sums',
+    'batch_points',
 ]
 
 MAX_SUPPORTED_DEPTH = 8
@@ -182,8 +185,12 @@ def var_count_scatter(var_tree: jax.Array, split_tree: jax.Array, num_vars: int)
 # bytes of temporaries per (point, tree) in the trace evaluation
 _TEMP_BYTES_PER_POINT_TREE = 16
 DEFAULT_MAX_MEMORY = 256 * 2**20
-_CACHE_FRIENDLY_BYTES = 32 * 2**20
+# The traversal's per-draw temporaries of a batch of points, (trees, points)
+# int32 arrays, must stay in the CPU's L2 cache: beyond it the time per
+# point grows several times (see benchmarks/README.md, "prediction").
+_CACHE_FRIENDLY_BYTES = 4 * 2**20
 _LINKS = (None, 'affine', 'probit', 'logit')
+LINEAR_LINKS = (None, 'affine')
 
 
 def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_tree):
@@ -235,29 +242,51 @@ def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_
     return leaf_indices
 
 
-def _trace_sums(X, trace: TreeHeaps, kind, link, link_params):
-    """Sum of trees of each draw at each point, or their mean over draws."""
+def _apply_link(f, link, link_params):
+    if link == 'affine':
+        offset, scale = link_params
+        return offset + scale * f
+    if link == 'probit':
+        (offset,) = link_params
+        return jax.scipy.stats.norm.cdf(offset + f)
+    if link == 'logit':
+        (offset,) = link_params
+        return jax.nn.sigmoid(offset + f)
+    return f
+
+
+def trace_sums(X, trace: TreeHeaps, *, kind, link=None, link_params=()):
+    """Sum of trees of each draw at each point, or the sum over draws; unbatched.
+
+    The kernel of `evaluate_trace`, for one batch of points: a scan over
+    the draws that carries each point's leaf in each tree from one draw to
+    the next (see `evaluate_trace`).
+
+    Parameters
+    ----------
+    X
+        Binned predictors, shape ``(p, n)``.
+    trace
+        Forests with a leading draws axis.
+    kind
+        ``'draws'``: return ``link(f)`` of each draw, ``(ndraws, n)``;
+        ``'sum'``: return its sum over draws, ``(n,)``.
+    link, link_params
+        As in `evaluate_trace`.
+
+    Returns
+    -------
+    ``(ndraws, n)`` or ``(n,)`` float32.
+    """
     ndraws, num_trees, half = trace.split_tree.shape
     n = X.shape[1]
-
-    def apply_link(f):
-        if link == 'affine':
-            offset, scale = link_params
-            return offset + scale * f
-        if link == 'probit':
-            (offset,) = link_params
-            return jax.scipy.stats.norm.cdf(offset + f)
-        if link == 'logit':
-            (offset,) = link_params
-            return jax.nn.sigmoid(offset + f)
-        return f
 
     def body(carry, trees):
         leaf_indices, prev_var, prev_split, acc = carry
         leaf_indices = _update_leaf_indices(X, leaf_indices, prev_var, prev_split, trees.var_tree, trees.split_tree)
         values = _rowwise_take(trees.leaf_tree, leaf_indices.astype(jnp.int32))
-        f = apply_link(jnp.sum(values, axis=0))
-        if kind == 'mean':
+        f = _apply_link(jnp.sum(values, axis=0), link, link_params)
+        if kind == 'sum':
             return (leaf_indices, trees.var_tree, trees.split_tree, acc + f), None
         return (leaf_indices, trees.var_tree, trees.split_tree, acc), f
 
@@ -268,27 +297,101 @@ def _trace_sums(X, trace: TreeHeaps, kind, link, link_params):
         jnp.zeros(n, jnp.float32),
     )
     (_, _, _, acc), draws = lax.scan(body, init, trace)
-    if kind == 'mean':
-        return acc / ndraws
-    return draws
+    return acc if kind == 'sum' else draws
 
 
-@functools.partial(jax.jit, static_argnames=('kind', 'link', 'max_memory'))
-def _evaluate_trace_jit(X, trace, link_params, *, kind, link, max_memory):
+def batch_points(num_trees: int, io_per_point: int, temp_per_point: int, max_memory: int) -> int:
+    """Points per batch of a trace evaluation.
+
+    As many as fit `max_memory` with their inputs, outputs and temporaries,
+    but no more than keep the traversal's per-draw temporaries in cache
+    (larger batches are not faster, they are several times slower).
+    """
+    traversal = _TEMP_BYTES_PER_POINT_TREE * num_trees
+    points = max(1, max_memory // (io_per_point + traversal + temp_per_point))
+    return min(points, max(64, _CACHE_FRIENDLY_BYTES // traversal))
+
+
+def compress_trace(trace: TreeHeaps) -> TreeHeaps:
+    """Merge the runs of draws in which a tree keeps its structure.
+
+    Over a run of consecutive draws in which tree ``j`` has the same splits,
+    its contribution to the sum over draws at any point is the sum of its
+    leaf values over the run, read at the point's leaf: one traversal per
+    run instead of one per draw. This function, on the host with numpy,
+    returns a trace whose "draw" ``k`` holds, for each tree, its ``k``-th
+    run: the structure and the leaf values summed over the run (in float64,
+    then rounded to float32). Trees with fewer runs are padded with their
+    last structure and zero leaves, which costs nothing to update. The sum
+    over the draws of the result equals the sum over the draws of `trace`,
+    up to float rounding.
+
+    Parameters
+    ----------
+    trace
+        Forests with a leading draws axis, ``(ndraws, m, ...)`` (numpy or
+        concrete jax arrays).
+
+    Returns
+    -------
+    A `TreeHeaps` with leading axis ``K``, the largest number of runs of
+    a tree (``K <= ndraws``), as numpy arrays.
+    """
+    var = np.asarray(trace.var_tree)
+    split = np.asarray(trace.split_tree)
+    leaf = np.asarray(trace.leaf_tree)
+    ndraws, num_trees = split.shape[:2]
+    var = np.where(split != 0, var, 0).astype(var.dtype)  # var of a non-internal node is irrelevant
+    if ndraws == 0:
+        return TreeHeaps(var, split, leaf)
+    changed = np.any((split[1:] != split[:-1]) | (var[1:] != var[:-1]), axis=2)  # (ndraws - 1, m)
+    runs = 1 + changed.sum(axis=0)
+    num_runs = int(runs.max())
+    out_var = np.empty((num_runs, *var.shape[1:]), var.dtype)
+    out_split = np.empty((num_runs, *split.shape[1:]), split.dtype)
+    out_leaf = np.zeros((num_runs, *leaf.shape[1:]), np.float32)
+    for j in range(num_trees):
+        starts = np.concatenate([[0], 1 + np.flatnonzero(changed[:, j])])
+        r = starts.size
+        out_var[:r, j] = var[starts, j]
+        out_split[:r, j] = split[starts, j]
+        out_var[r:, j] = var[starts[-1], j]
+        out_split[r:, j] = split[starts[-1], j]
+        out_leaf[:r, j] = np.add.reduceat(leaf[:, j].astype(np.float64), starts, axis=0)
+    return TreeHeaps(out_var, out_split, out_leaf)
+
+
+@functools.partial(jax.jit, static_argnames=('kind', 'link', 'max_memory', 'ndraws'))
+def _evaluate_trace_jit(X, trace, link_params, *, kind, link, max_memory, ndraws):
     from bartz.jaxext import autobatch  # noqa: PLC0415
 
     p, n = X.shape
-    ndraws, num_trees, _ = trace.leaf_tree.shape
-    out_per_point = 4 * ndraws if kind == 'draws' else 4
+    num_steps, num_trees, _ = trace.leaf_tree.shape
+    out_per_point = 4 * num_steps if kind == 'draws' else 4
     io_per_point = p * X.dtype.itemsize + out_per_point
-    temp_per_point = _TEMP_BYTES_PER_POINT_TREE * num_trees
-    points_per_batch = max(1, max_memory // (io_per_point + temp_per_point))
-    # larger batches do not go faster: the per-draw temporaries fall out of cache
-    points_per_batch = min(points_per_batch, max(1, _CACHE_FRIENDLY_BYTES // temp_per_point))
+    points_per_batch = batch_points(num_trees, io_per_point, 0, max_memory)
+    if points_per_batch >= 64:
+        # a power of two: the padded lengths of `bartz.buckets` (k * 2**e) then
+        # split into equal batches of that size, which vectorise without
+        # remainders (an odd batch size costs 1.6 times per point)
+        points_per_batch = 1 << (points_per_batch.bit_length() - 1)
     max_io_nbytes = max(points_per_batch * io_per_point, 1)
 
-    def per_batch(X, trace, link_params):
-        return _trace_sums(X, trace, kind, link, link_params)
+    if kind == 'draws':
+
+        def per_batch(X, trace, link_params):
+            return trace_sums(X, trace, kind='draws', link=link, link_params=link_params)
+
+    elif kind == 'mean':
+
+        def per_batch(X, trace, link_params):
+            return trace_sums(X, trace, kind='sum', link=link, link_params=link_params) / num_steps
+
+    else:  # 'compressed': a compressed trace, linear link applied to the mean
+
+        def per_batch(X, trace, link_params):
+            f = trace_sums(X, trace, kind='sum') / ndraws
+            return _apply_link(f, link, link_params)
 
     out_axes = 1 if kind == 'draws' else 0
     batched = autobatch(per_batch, max_io_nbytes, in_axes=(1, None, None), out_axes=out_axes, warn_on_overflow=False)
@@ -310,7 +413,10 @@ def evaluate_trace(
     values change at every draw), so the leaf of each point in each tree is
     carried from one draw to the next and only updated where the tree
     changed: one comparison per point for a single grow or prune, a fresh
-    traversal otherwise.
+    traversal otherwise. For the mean with a linear link (None or
+    ``'affine'``) of a concrete trace, a run of draws in which a tree keeps
+    its structure costs one step instead of one per draw (see
+    `compress_trace`).
 
     Parameters
     ----------
@@ -326,13 +432,14 @@ def evaluate_trace(
         inputs, outputs and temporaries (not counting `X` and the trace
         themselves, nor the full output). Points are processed in batches
         that respect it, through `bartz.jaxext.autobatch` (and of at most
-        about 32 MiB of temporaries, which keeps them in cache).
+        about 4 MiB of traversal temporaries, which keeps them in cache;
+        see `batch_points`).
     link
         Applied to each draw's sum of trees ``f`` before it is returned or
         averaged: None (identity), ``'affine'`` (``offset + scale * f``, with
         ``link_params = (offset, scale)``), or ``'probit'`` (``Phi(offset +
         f)``, with ``link_params = (offset,)``), or ``'logit'`` (``1 / (1 +
-        exp(-(offset + f)))``, likewise).
+        exp(-offset - f))``, with ``link_params = (offset,)``).
     link_params
         Parameters of the link, as arrays or floats.
 
@@ -348,4 +455,10 @@ def evaluate_trace(
         raise ValueError(msg)
     # numpy scalars, not eager jnp conversions (each would compile a program)
     link_params = tuple(v.astype(jnp.float32) if isinstance(v, jax.Array) else np.float32(v) for v in link_params)
-    return _evaluate_trace_jit(X, trace, link_params, kind=kind, link=link, max_memory=int(max_memory))
+    ndraws = int(trace.leaf_tree.shape[0])
+    concrete = not any(isinstance(a, jax.core.Tracer) for a in trace)
+    if kind == 'mean' and link in LINEAR_LINKS and concrete and ndraws > 1:
+        trace, kind = compress_trace(trace), 'compressed'
+    return _evaluate_trace_jit(
+        X, trace, link_params, kind=kind, link=link, max_memory=int(max_memory), ndraws=ndraws
+    )

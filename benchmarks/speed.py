@@ -22,6 +22,16 @@ gbart
     called twice: the first call compiles, the second reuses the compiled
     chunk runner. Shows the front-end overhead (wall time minus the MCMC
     time in ``fit.run_info.elapsed``).
+predict (large test sets)
+    Then ``fit.predict(x_test, kind=...)`` (``--large-kinds``, default mean and
+    quantiles 5/50/95%) on test sets of ``--large-cases`` ROWSxDRAWS
+    (default 1M and 10M rows, 1,000 draws) written to a float32 memmap on
+    disk first, so that the input itself does not count in the RSS. One
+    call per case (they are long): it reports wall seconds, the compile
+    seconds inside it (`jax.monitoring`), ns per tree-row-draw excluding
+    them, CPU ns and the process's peak RSS. The
+    default cases take tens of minutes on a small CPU; ``--large-cases
+    none`` skips them.
 predict
     ``fit.predict(x_test)`` (draws) and ``fit.predict(x_test, kind='mean')``
     from a trace of a fit on Friedman #1 (n = 1000, 500 draws), at 10,000
@@ -311,6 +321,73 @@ def bench_predict(cfg, rng):
     return fit_time, rows
 
 
+def _memmap_friedman_x(path, rows, p, seed, block=1_000_000):
+    """A (rows, p) float32 .npy file of uniform predictors, written a block at
+    a time through a plain file (writing through a memmap would leave the
+    written pages in this process's RSS), then opened as a memmap."""
+    rng = np.random.default_rng(seed)
+    with open(path, 'wb') as fh:
+        header = {'descr': np.lib.format.dtype_to_descr(np.dtype(np.float32)), 'fortran_order': False,
+                  'shape': (rows, p)}
+        np.lib.format.write_array_header_1_0(fh, header)
+        for start in range(0, rows, block):
+            stop = min(rows, start + block)
+            fh.write(rng.uniform(size=(stop - start, p)).astype(np.float32).tobytes())
+    return np.load(path, mmap_mode='r')
+
+
+def bench_predict_large(cfg, rng):
+    """Prediction on test sets read from a memmap (float32 on disk): seconds,
+    ns per tree-row-draw and the process's peak RSS."""
+    import tempfile  # noqa: PLC0415
+
+    x, y = friedman1(cfg.pred_fit_n, cfg.p, rng)
+    ndpost = max(d for _, d in cfg.large_cases)
+    t0 = time.perf_counter()
+    fit = bartz.gbart(x, y, ntree=cfg.ntree, nskip=100, ndpost=ndpost, printevery=None)
+    fit_time = time.perf_counter() - t0
+    rows_out = []
+    with tempfile.TemporaryDirectory(dir=cfg.tmpdir) as tmp:
+        for m, ndraws in cfg.large_cases:
+            f = fit if ndraws == ndpost else _first_draws(fit, ndraws)
+            path = os.path.join(tmp, f'x_{m}.npy')
+            x_test = _memmap_friedman_x(path, m, cfg.p, seed=m)
+            for kind in cfg.large_kinds:
+                q = (0.05, 0.5, 0.95) if kind == 'quantiles' else None
+                # one call: the compile time inside it (measured) is subtracted
+                c0, _ = CompileClock.total()
+                cpu0 = time.process_time()
+                out, wall = timed(f.predict, x_test, kind=kind, q=q)
+                cpu = time.process_time() - cpu0
+                c1, _ = CompileClock.total()
+                assert out.shape == ((m,) if q is None else (len(q), m))
+                del out
+                run_s = wall - (c1 - c0)
+                work = m * cfg.ntree * ndraws
+                rows_out.append({
+                    'm': m,
+                    'ndraws': ndraws,
+                    'ntree': cfg.ntree,
+                    'kind': kind,
+                    'wall_s': wall,
+                    'compile_s': c1 - c0,
+                    'cpu_s': cpu,
+                    'ns_per_tree_row_draw': run_s / work * 1e9,
+                    'cpu_ns_per_tree_row_draw': cpu / work * 1e9,
+                    'peak_rss_mib': peak_rss_mib(),
+                })
+                r = rows_out[-1]
+                print(
+                    f"  predict m={m} draws={ndraws} {kind}: {wall:.1f} s, "
+                    f"{r['ns_per_tree_row_draw']:.2f} ns/tree-row-draw, peak RSS {r['peak_rss_mib']:.0f} MiB",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            del x_test
+            os.remove(path)
+    return fit_time, rows_out
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -363,6 +440,13 @@ def parse_args(argv):
     ap.add_argument(
         '--predict-cases', default=None, help='comma-separated DRAWSxPOINTS, default 500x10000,200x100000'
     )
+    ap.add_argument(
+        '--large-cases',
+        default='1000000x1000,10000000x1000',
+        help="predict: large cases, comma-separated ROWSxDRAWS (test rows read from a float32 memmap), or 'none'",
+    )
+    ap.add_argument('--large-kinds', default='mean,quantiles', help="predict: kinds of the large cases, e.g. 'mean,quantiles'")
+    ap.add_argument('--tmpdir', default=None, help='predict: where to write the memmapped large test sets')
     ap.add_argument('--markdown', action='store_true', help='print tables as markdown')
     ap.add_argument('--out-json', default=None, help='also write the results to this JSON file')
     args = ap.parse_args(argv)
@@ -385,6 +469,15 @@ def parse_args(argv):
         args.gbart_nskip = args.gbart_ndpost = 10
         args.pred_fit_n = 300
         args.pred_cases = [(50, 1000), (20, 5000)]
+    try:
+        cases = '' if args.large_cases.lower() == 'none' else args.large_cases
+        args.large_cases = [tuple(int(v) for v in c.lower().split('x')) for c in cases.split(',') if c.strip()]
+        assert all(len(c) == 2 and min(c) > 0 for c in args.large_cases)
+    except (ValueError, AssertionError):
+        ap.error(f'--large-cases must look like 1000000x1000,10000000x1000, got {args.large_cases!r}')
+    if args.quick:
+        args.large_cases = [(20_000, 50), (100_000, 20)]
+    args.large_kinds = [k.strip() for k in args.large_kinds.split(',') if k.strip()]
     if args.predict_cases:
         try:
             args.pred_cases = [tuple(int(v) for v in c.lower().split('x')) for c in args.predict_cases.split(',')]
@@ -468,6 +561,26 @@ def main(argv=None):
                 [
                     [r['ndraws'], r['m'], r['kind'], sec(r['first_call_s']), sec(r['second_call_s']),
                      sec(r['compile_s_est']), f"{sec(r['jax_compile_first_s'])} / {sec(r['jax_compile_second_s'])}",
+                     mib(r['peak_rss_mib'])]
+                    for r in rows
+                ],
+                md,
+            ),
+            md,
+        )
+
+    if 'predict' in cfg.sections and cfg.large_cases:
+        fit_time, rows = bench_predict_large(cfg, rng)
+        results['predict_large'] = {'fit_n': cfg.pred_fit_n, 'fit_s': fit_time, 'rows': rows}
+        emit(
+            f'prediction on large test sets read from a float32 memmap ({cfg.p} predictors, {cfg.ntree} trees; '
+            f'fit on n={cfg.pred_fit_n}, took {fit_time:.1f} s); compile time excluded from ns/tree-row-draw',
+            table(
+                ['test rows', 'draws', 'kind', 'wall (s)', 'of which compile (s)', 'ns/tree-row-draw',
+                 'CPU ns/tree-row-draw (compile incl.)', 'peak RSS (MiB)'],
+                [
+                    [r['m'], r['ndraws'], r['kind'], sec(r['wall_s']), sec(r['compile_s']),
+                     f"{r['ns_per_tree_row_draw']:.2f}", f"{r['cpu_ns_per_tree_row_draw']:.2f}",
                      mib(r['peak_rss_mib'])]
                     for r in rows
                 ],

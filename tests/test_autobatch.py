@@ -386,3 +386,105 @@ def test_docstring_examples():
     module = importlib.import_module('bartz.jaxext.autobatch')
     results = doctest.testmod(module, raise_on_error=True)
     assert results.attempted > 0
+
+
+def _flatten_rows(x):
+    """Fails on an empty slice: ``reshape(0, -1)`` cannot infer the -1."""
+    return jnp.sin(x.reshape(x.shape[0], -1))
+
+
+def _per_batch_mean(x):
+    """Fails on an empty slice (ZeroDivisionError while tracing)."""
+    return x * (1.0 / x.shape[0]) * x.shape[0]
+
+
+@pytest.mark.parametrize('reduce_ufunc', [None, jnp.add])
+@pytest.mark.parametrize('func', [_flatten_rows, _per_batch_mean])
+@pytest.mark.parametrize('n', [1, 2, 97, 1009])
+def test_never_called_on_empty_slice(keys, func, reduce_ufunc, n):
+    """func sees only non-empty slices: reshape with -1 and division by the batch length work."""
+    x = random.normal(next(keys), (n, 3, 2))
+    seen = []
+
+    def recording(x):
+        seen.append(x.shape[0])
+        return func(x)
+
+    batched = autobatch(recording, 48 * 10, reduce_ufunc=reduce_ufunc, return_nbatches=True)  # 24 in + 24 out
+    result, nbatches = batched(x)
+    expected = func(x)
+    if reduce_ufunc is not None:
+        expected = jnp.sum(expected, axis=0)
+    assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+    assert nbatches == math.ceil(n / 10)
+    assert seen
+    assert min(seen) > 0
+
+
+@pytest.mark.parametrize('reduce_ufunc', [None, jnp.add])
+def test_empty_axis_never_traces_empty(reduce_ufunc):
+    """An empty axis gives an empty result (or the identity) without tracing func on it."""
+    seen = []
+
+    def recording(x):
+        seen.append(x.shape[0])
+        return _flatten_rows(x)
+
+    result = autobatch(recording, 100, reduce_ufunc=reduce_ufunc)(jnp.zeros((0, 3, 2)))
+    assert result.shape == ((0, 6) if reduce_ufunc is None else (6,))
+    assert min(seen) > 0
+
+
+@pytest.mark.parametrize('reduce_ufunc', [None, jnp.add])
+def test_shard_map_checked_types(keys, reduce_ufunc):
+    """Inside shard_map with check_vma on, the carry gets the varying type of func's outputs."""
+    mesh = jax.make_mesh((4,), ('data',))
+    x = random.normal(next(keys), (4 * 101, 3, 2))
+    x = jax.device_put(x, NamedSharding(mesh, P('data')))
+    batched = autobatch(_flatten_rows, 48 * 7, reduce_ufunc=reduce_ufunc, return_nbatches=True)
+    nb = []
+
+    def per_device(x):
+        out, n = batched(x)
+        nb.append(n)
+        return out if reduce_ufunc is None else jax.lax.psum(out, 'data')
+
+    spec = P('data') if reduce_ufunc is None else P()
+    f = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P('data'), out_specs=spec, check_vma=True))
+    result = f(x)
+    expected = _flatten_rows(x)
+    if reduce_ufunc is not None:
+        expected = jnp.sum(expected, axis=0)
+    assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+    assert nb == [15]  # 101 rows per device, 7 per batch
+
+
+def test_random_pytrees_axes_budgets():
+    """Random axes and budgets on random shapes, map and reduce, against the unbatched function."""
+    rng = np.random.default_rng(20260101)
+    for _ in range(8):
+        n = int(rng.integers(1, 60))
+        nd_a, nd_b = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        ax_a, ax_b = int(rng.integers(0, nd_a)), int(rng.integers(-nd_b, 0))
+        shape_a = [int(v) for v in rng.integers(1, 4, nd_a)]
+        shape_b = [int(v) for v in rng.integers(1, 4, nd_b)]
+        shape_a[ax_a] = n
+        shape_b[ax_b] = n
+        a = jnp.asarray(rng.normal(size=shape_a), jnp.float32)
+        b = jnp.asarray(rng.integers(-5, 5, shape_b), jnp.int32)
+
+        def func(args, ax_a=ax_a, ax_b=ax_b):
+            a, b = args['a'], args['b']
+            ma = jnp.moveaxis(a, ax_a, 0).reshape(a.shape[ax_a], -1)
+            mb = jnp.moveaxis(b, ax_b, 0).reshape(b.shape[ax_b], -1)
+            return {'s': jnp.sum(ma, axis=1) + jnp.sum(mb, axis=1), 'c': jnp.cos(ma)}
+
+        budget = int(rng.integers(1, 400))
+        args = ({'a': a, 'b': b},)
+        in_axes = ({'a': ax_a, 'b': ax_b},)
+        mapped = autobatch(func, budget, in_axes, warn_on_overflow=False)(*args)
+        summed = autobatch(func, budget, in_axes, reduce_ufunc=jnp.add, warn_on_overflow=False)(*args)
+        expected = func(*args)
+        for key in ('s', 'c'):
+            assert_allclose(mapped[key], expected[key], rtol=1e-6)
+            assert_allclose(summed[key], jnp.sum(expected[key], axis=0), rtol=1e-5, atol=1e-5)

@@ -134,6 +134,19 @@ def test_predict_mean_on_mesh(fits, data):
     )
 
 
+def test_predict_summaries_on_mesh(fits, data):
+    """sd, quantiles and predictive draws (noise by row number) do not depend on the mesh."""
+    fit, ref = fits('wbart', 1, 3), fits('wbart')
+    close = functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-5)
+    close(fit.predict(data.x_test, kind='sd'), ref.predict(data.x_test, kind='sd'))
+    q = [0.1, 0.5, 0.9]
+    close(fit.predict(data.x_test, kind='quantiles', q=q), ref.predict(data.x_test, kind='quantiles', q=q))
+    close(
+        fit.predict(data.x_test, kind='quantiles', q=q, predictive=True, seed=5),
+        ref.predict(data.x_test, kind='quantiles', q=q, predictive=True, seed=5),
+    )
+
+
 def test_sharded_predict_does_not_retrace(fits, data):
     fit = fits('wbart', 2, 2)
     fit.predict(data.x_test)

@@ -98,6 +98,42 @@ def _accumulation_dtype(name, dtype):
     return jax.eval_shape(functools.partial(reduce_fn, axis=0), jax.ShapeDtypeStruct((0,), dtype)).dtype
 
 
+def _abstract(x, shape=None):
+    """A ShapeDtypeStruct like `x` (keeping its varying manual axes), optionally reshaped."""
+    aval = jax.typeof(x)
+    return jax.ShapeDtypeStruct(
+        aval.shape if shape is None else shape,
+        aval.dtype,
+        manual_axis_type=getattr(aval, 'manual_axis_type', None),
+    )
+
+
+def _resize_args(args, axes, length):
+    """Abstract arguments with the batched axes resized to `length`."""
+    leaves, treedef = jax.tree.flatten(args)
+    out = []
+    for x, ax in zip(leaves, axes, strict=True):
+        if ax is None:
+            out.append(x)
+        else:
+            shape = list(np.shape(x))
+            shape[ax] = length
+            out.append(_abstract(x, tuple(shape)))
+    return jax.tree.unflatten(treedef, out)
+
+
+def _with_length(shapes, oaxes, length):
+    """Output shapes with the batched axes set to `length`."""
+    leaves, treedef = jax.tree.flatten(shapes)
+    out = []
+    for s, ax in zip(leaves, oaxes, strict=True):
+        ax = _normalize_axis(ax, len(s.shape), 'out_axes')
+        shape = list(s.shape)
+        shape[ax] = length
+        out.append(jax.ShapeDtypeStruct(tuple(shape), s.dtype))
+    return jax.tree.unflatten(treedef, out)
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Static description of how to cut the work; hashable, used as a jit static argument."""
@@ -200,9 +236,10 @@ def autobatch(
     reduction masks them out. This keeps a single call site of `func`, in a
     single loop. If ``k`` is 1, `func` is called directly on the whole
     arguments. If ``n`` is 0, ``nbatches`` is 0 and the result is empty, or
-    the identity of the ufunc. To give the loop carry the right type also
-    inside `jax.shard_map`, `func` is traced on an empty slice too; XLA
-    removes that call.
+    the identity of the ufunc. `func` is never called on an empty slice:
+    the loop carry is typed with `jax.eval_shape` (and, inside
+    `jax.shard_map`, given the varying manual axes of `func`'s outputs with
+    `jax.lax.pcast`).
 
     The budget counts only the batched inputs and outputs: temporaries inside
     `func` are assumed proportional to them. Arguments with axis None, the
@@ -260,7 +297,15 @@ def autobatch(
             raise ValueError(f'the batched arguments have different lengths along their in_axes: {sorted(lengths)}')
         (length,) = lengths
 
-        shapes = jax.eval_shape(func, *args) if result_shape_dtype is None else result_shape_dtype
+        if result_shape_dtype is not None:
+            shapes = result_shape_dtype
+        elif length > 0:
+            shapes = jax.eval_shape(func, *args)
+        else:
+            # never trace func on an empty axis (it may reshape with -1 or divide
+            # by the length): type it on one element, then make the axis empty
+            one = jax.eval_shape(func, *_resize_args(args, axes, 1))
+            shapes = _with_length(one, _broadcast_prefix(out_axes, one, 'out_axes'), 0)
         out_leaves, out_treedef = jax.tree.flatten(shapes)
         oaxes = _broadcast_prefix(out_axes, shapes, 'out_axes')
         oaxes = [_normalize_axis(ax, len(s.shape), 'out_axes') for ax, s in zip(oaxes, out_leaves, strict=True)]
@@ -319,14 +364,14 @@ def autobatch(
             x if impl is None else jax.random.key_data(x) for x, impl in zip(in_leaves, key_impls, strict=True)
         ]
 
-        def call(start, size):
+        def call(start, size, leaves=None):
             """Apply func to the slice start:start+size of the axis (all if None); flat outputs."""
             if start is None:
                 sliced = in_leaves
             else:
                 sliced = [
                     x if ax is None else lax.dynamic_slice_in_dim(x, start, size, ax)
-                    for ax, x in zip(plan.in_axes, loop_leaves, strict=True)
+                    for ax, x in zip(plan.in_axes, loop_leaves if leaves is None else leaves, strict=True)
                 ]
                 sliced = [
                     x if impl is None else jax.random.wrap_key_data(x, impl=impl)
@@ -340,10 +385,14 @@ def autobatch(
                 )
             return out_leaves
 
+        def batch_types():
+            """Types of the outputs of one batch (varying manual axes included), by tracing only."""
+            return jax.eval_shape(lambda leaves: call(0, plan.batch_size, leaves), loop_leaves)
+
         if reduction is None:
-            outs = _run_map(plan, call)
+            outs = _run_map(plan, call, batch_types)
         else:
-            outs = _run_reduce(plan, call, reduction)
+            outs = _run_reduce(plan, call, batch_types, reduction)
         return jax.tree.unflatten(plan.out_treedef, outs)
 
     def batched_func(*args):
@@ -377,14 +426,19 @@ def _batch_start(plan, i):
     return jnp.minimum(i * plan.batch_size, plan.length - plan.batch_size)
 
 
-# Why the loops below start with a call of func on an empty slice: inside
-# `jax.shard_map`, the outputs of func may vary across devices, and a loop
-# carry must have the same type on entry and exit, so a constant initial carry
-# would not do. The empty call costs nothing at runtime, and combined with the
-# constant initialization gives it the type of the loop body's output.
+def _like(x, t):
+    """Give the array `x` the varying manual axes of the type `t` (inside
+    `jax.shard_map` a loop carry must have the type of the loop body's output,
+    and a constant initial value varies over no axis)."""
+    mat = getattr(t, 'manual_axis_type', None)
+    varying = () if mat is None else tuple(sorted(mat.varying))
+    have = getattr(jax.typeof(x), 'manual_axis_type', None)
+    have = frozenset() if have is None else have.varying
+    missing = tuple(a for a in varying if a not in have)
+    return lax.pcast(x, missing, to='varying') if missing else x
 
 
-def _run_map(plan, call):
+def _run_map(plan, call, batch_types):
     """Loop over batches, writing each output slice into a preallocated output."""
     if plan.nbatches == 1:
         return call(None, None)
@@ -400,13 +454,13 @@ def _run_map(plan, call):
         return write(outs, call(start, plan.batch_size), start)
 
     outs = [jnp.zeros(s, d) for s, d in zip(plan.out_shapes, plan.out_dtypes, strict=True)]
-    outs = write(outs, call(0, 0), 0)  # empty call to type the carry
     if plan.length == 0:
         return outs
+    outs = [_like(o, t) for o, t in zip(outs, batch_types(), strict=True)]
     return lax.fori_loop(0, plan.nbatches, body, outs)
 
 
-def _run_reduce(plan, call, reduction):
+def _run_reduce(plan, call, batch_types, reduction):
     """Loop over batches, accumulating the reduction of the outputs."""
     reduce_fn, identity = _REDUCTIONS[reduction]
     ufunc = getattr(jnp, reduction)
@@ -425,15 +479,13 @@ def _run_reduce(plan, call, reduction):
     if plan.nbatches == 1:
         return reduce_batch(call(None, None))
 
-    # identity, combined with an empty call to type the carry
     carry = [
-        ufunc(jnp.full(s[:ax] + s[ax + 1 :], identity(d), d), r).astype(d)
-        for s, ax, d, r in zip(
-            plan.out_shapes, plan.out_axes, acc_dtypes, reduce_batch(call(0, 0)), strict=True
-        )
+        jnp.full(s[:ax] + s[ax + 1 :], identity(d), d)
+        for s, ax, d in zip(plan.out_shapes, plan.out_axes, acc_dtypes, strict=True)
     ]
     if plan.length == 0:
         return carry
+    carry = [_like(c, t) for c, t in zip(carry, batch_types(), strict=True)]
     overlap = plan.nbatches * plan.batch_size != plan.length
 
     def body(i, carry):
