@@ -163,3 +163,41 @@ def test_bad_arguments(fit, tmp_path):
         fit.save(3)
     with pytest.raises(FileNotFoundError):
         bartz.load(tmp_path / 'nothing.npz')
+
+
+def test_summaries_of_categorical_and_missing_columns(fit, saved):
+    """The summaries of `predict` and `predict_chunks` go through the fit's
+    encoding (dummies, missing values), before and after a save, and agree
+    with the draws."""
+    df, _ = _data(seed=1, n=70)
+    loaded = bartz.load(saved)
+    draws = fit.predict(df)
+    assert_array_equal(loaded.predict(df), draws)
+    q = (0.1, 0.5, 0.9)
+    for f in (fit, loaded):
+        np.testing.assert_allclose(f.predict(df, kind='mean'), draws.mean(axis=0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(f.predict(df, kind='sd'), draws.std(axis=0, ddof=1), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(f.predict(df, kind='quantiles', q=q), np.quantile(draws, q, axis=0), rtol=1e-6)
+        chunks = [df.iloc[:25], df.iloc[25:]]
+        np.testing.assert_allclose(
+            np.concatenate(list(f.predict_chunks(chunks, kind='mean'))), draws.mean(axis=0), rtol=1e-5, atol=1e-5
+        )
+    unseen = df.iloc[30:40].copy()
+    unseen.loc[unseen.index[3], 'g'] = 's'
+    with pytest.raises(ValueError, match="'g'.*'s'|'s'.*'g'"):
+        list(fit.predict_chunks([df.iloc[:30], unseen]))
+
+
+def test_lbart_round_trip(tmp_path):
+    """A logistic fit saves and loads, and predicts the same probabilities."""
+    df, y = _data(seed=2)
+    y01 = (y > np.median(y)).astype(float)
+    lfit = gbart(df, y01, type='lbart', seed=0, **SMALL)
+    path = tmp_path / 'lfit.npz'
+    lfit.save(path)
+    loaded = bartz.load(path)
+    assert loaded.type == 'lbart'
+    p = loaded.predict(df, kind='mean')
+    assert_array_equal(p, lfit.predict(df, kind='mean'))
+    assert np.all((p > 0) & (p < 1))
+    np.testing.assert_allclose(p, lfit.prob_train_mean, rtol=1e-4, atol=1e-5)
