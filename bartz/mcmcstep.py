@@ -912,12 +912,9 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         leaf_count=leaf_count,
         leaf_prec=leaf_prec,
     )
-    info = StepInfo(
-        grow_proposed=jnp.sum(moves.allowed & moves.grow, dtype=jnp.int32),
-        grow_accepted=jnp.sum(grew, dtype=jnp.int32),
-        prune_proposed=jnp.sum(moves.allowed & ~moves.grow, dtype=jnp.int32),
-        prune_accepted=jnp.sum(pruned, dtype=jnp.int32),
-    )
+    # one reduction for the four counts: at small n every kernel counts
+    flags = jnp.stack([moves.allowed & moves.grow, grew, moves.allowed & ~moves.grow, pruned])
+    info = StepInfo(*jnp.sum(flags, axis=-1, dtype=jnp.int32))
     return state._replace(forest=forest, resid=resid), info
 
 
