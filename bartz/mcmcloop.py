@@ -50,12 +50,6 @@ class RunInfo(NamedTuple):
     interrupted: bool  # stopped early by Ctrl-C
 
 
-def _sum_info(a: mcmcstep.StepInfo, b: mcmcstep.StepInfo) -> mcmcstep.StepInfo:
-    return jax.tree.map(jnp.add, a, b)
-
-
-def _zero_info() -> mcmcstep.StepInfo:
-    return mcmcstep.StepInfo(*(jnp.int32(0) for _ in mcmcstep.StepInfo._fields))
 
 
 def _extract(state: mcmcstep.State, save_train: bool, multichain: bool) -> Trace:
@@ -235,10 +229,12 @@ def _chunk_runner(
             where = jnp.where(save, slot, chunk_draws)
             saved = _extract(state, save_train, multichain)
             buffer = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, where, 0), buffer, saved)
-            return state, _sum_info(info, step_info), sigma2s, buffer, slot + save.astype(jnp.int32)
+            # the counts summed as one vector: one kernel, not four
+            return state, info + jnp.stack(step_info), sigma2s, buffer, slot + save.astype(jnp.int32)
 
-        carry = (state, _zero_info(), sigma2s, buffer, jnp.int32(0))
+        carry = (state, jnp.zeros(len(mcmcstep.StepInfo._fields), jnp.int32), sigma2s, buffer, jnp.int32(0))
         state, info, sigma2s, buffer, _ = lax.fori_loop(0, n_iters, body, carry)
+        info = mcmcstep.StepInfo(*info)
         mean_leaves = jnp.mean(grove.forest_num_leaves(state.forest.split_tree).astype(jnp.float32))
         return state, _ChunkOut(info, sigma2s, buffer, mean_leaves)
 

@@ -912,12 +912,9 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         leaf_count=leaf_count,
         leaf_prec=leaf_prec,
     )
-    info = StepInfo(
-        grow_proposed=jnp.sum(moves.allowed & moves.grow, dtype=jnp.int32),
-        grow_accepted=jnp.sum(grew, dtype=jnp.int32),
-        prune_proposed=jnp.sum(moves.allowed & ~moves.grow, dtype=jnp.int32),
-        prune_accepted=jnp.sum(pruned, dtype=jnp.int32),
-    )
+    # one reduction for the four counts: at small n every kernel counts
+    flags = jnp.stack([moves.allowed & moves.grow, grew, moves.allowed & ~moves.grow, pruned])
+    info = StepInfo(*jnp.sum(flags, axis=-1, dtype=jnp.int32))
     return state._replace(forest=forest, resid=resid), info
 
 
@@ -941,9 +938,18 @@ def _point_uniforms(key, offset, n):
     block = _UNIFORM_BLOCK
     num_blocks = -(-n // block) + 1  # enough for any alignment of the slice
     first = offset // block
-    keys = jax.vmap(lambda b: random.fold_in(key, b))(first + jnp.arange(num_blocks))
+    blocks = first + jnp.arange(num_blocks)
     tiny = jnp.finfo(jnp.float32).tiny
-    u = jax.vmap(lambda k: random.uniform(k, (block,), minval=tiny, maxval=1.0))(keys).reshape(-1)
+    key_words = random.key_data(key)
+    if key_words.shape == (2,) and key_words.dtype == jnp.uint32:
+        # _uniform(fold_in(key, b), (block,)) for every block b at once
+        k0, k1 = _threefry2x32(key_words[0], key_words[1], jnp.zeros_like(blocks, jnp.uint32), blocks.astype(jnp.uint32))
+        count = jnp.arange(block // 2, dtype=jnp.uint32)
+        x0, x1 = _threefry2x32(k0[:, None], k1[:, None], count, jnp.zeros_like(count))
+        u = jnp.maximum(_unit_float(jnp.concatenate([x0, x1], axis=1)), tiny).reshape(-1)
+    else:
+        keys = jax.vmap(lambda b: random.fold_in(key, b))(blocks)
+        u = jax.vmap(lambda k: random.uniform(k, (block,), minval=tiny, maxval=1.0))(keys).reshape(-1)
     return lax.dynamic_slice_in_dim(u, offset - first * block, n)
 
 

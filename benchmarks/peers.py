@@ -120,7 +120,10 @@ def import_fitter(lib):
 
     def fit(x, y, nskip, ndpost):
         result = gbart(x, y, nskip=nskip, ndpost=ndpost, ntree=200, keepevery=1, printevery=None, seed=FIT_SEED)
-        jax.block_until_ready(vars(result))
+        # ours declares its attributes in __slots__ (no __dict__)
+        slots = getattr(type(result), '__slots__', ())
+        attrs = vars(result) if hasattr(result, '__dict__') else {k: getattr(result, k, None) for k in slots}
+        jax.block_until_ready(attrs)
         return result
 
     return fit
