@@ -69,7 +69,11 @@ def test_classifier_pipeline_cross_val_score():
     y = np.where(X[:, 0] + X[:, 1] > 0, 'yes', 'no')
     pipe = make_pipeline(StandardScaler(), BARTClassifier(**SMALL, keepevery=2, random_state=0))
     scores = cross_val_score(pipe, X, y, cv=3)
-    assert np.all(scores > 0.8), scores
+    # 50 test points per fold: at chance a fold scores 0.5 +- 0.07 and the
+    # mean of 3 folds 0.5 +- 0.04; the bounds sit 2 and 6 sd above chance,
+    # below what a small BART reaches on this separable boundary (0.8-0.95)
+    assert np.all(scores > 0.65), scores
+    assert scores.mean() > 0.75, scores
 
 
 def test_params_clone_and_fitted_attributes(regression_data):
