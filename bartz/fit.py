@@ -206,7 +206,7 @@ class BARTFit:
         The result of `predict` on each chunk, in order.
         """
         options = self._predict_options(kind, q, predictive, seed, max_memory)
-        if isinstance(chunks, np.ndarray | pd.DataFrame | pd.Series) or not isinstance(chunks, Iterable):
+        if isinstance(chunks, np.ndarray | pd.DataFrame | pd.Series | str | bytes) or not isinstance(chunks, Iterable):
             msg = (
                 'chunks must be an iterable of arrays or DataFrames (e.g. pandas.read_csv(..., chunksize=...)), '
                 f'got {type(chunks).__name__}; use predict for a single array'

@@ -463,7 +463,7 @@ def num_rows(x) -> int:
     """Number of rows of an input that `iter_row_chunks` accepts (0 if unknown)."""
     shape = getattr(x, 'shape', None)
     if shape is None:
-        return len(np.asarray(x)) if x is not None else 0
+        shape = np.shape(x) if x is not None else (0,)
     return int(shape[0]) if len(shape) else 0
 
 

@@ -345,3 +345,11 @@ def test_memmap_pages_leave_rss(tmp_path):
     grown = _rss_bytes() - before
     assert total == rows * p
     assert grown < x.nbytes / 4, grown
+
+
+def test_chunks_careless_input(fit):
+    """A string is not an iterable of chunks, and a scalar chunk is not rows."""
+    with pytest.raises(TypeError, match='chunks'):
+        list(fit.predict_chunks('abc'))
+    with pytest.raises(ValueError, match='chunk 0 .*2-dimensional'):
+        list(fit.predict_chunks([3.0]))
