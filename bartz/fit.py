@@ -8,6 +8,8 @@ to the outcome type are left unset, as R's result lacks them (e.g.
 ``sigma`` of a probit fit): reading one is an `AttributeError`.
 """
 
+import os
+import sys
 import warnings
 from collections.abc import Iterable
 
@@ -401,8 +403,20 @@ def warn_convergence(fit: BARTFit, X=None) -> None:
     problems = diagnostics.convergence_problems(*fit._convergence_draws(X))  # noqa: SLF001
     if problems:
         msg = diagnostics._convergence_message(problems)  # noqa: SLF001
-        # stacklevel: the caller of gbart
-        warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=3)
+        warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised by the caller of this function
+    that points at the first frame outside bartz (the user's call of `gbart`,
+    `mc_gbart` or an estimator's ``fit``)."""
+    package_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)  # noqa: SLF001
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package_dir):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def package(

@@ -456,6 +456,9 @@ def test_unconverged_fit_warns(seed):
     assert warning.filename == __file__  # points at the call of gbart
     with pytest.warns(ConvergenceWarning, match='R-hat of sigma'):
         fit.diagnostics()
+    with pytest.warns(ConvergenceWarning) as record:
+        bartz.mc_gbart(x, y, seed=seed, **{**SMALL, 'nskip': 0})
+    assert {w.filename for w in record if issubclass(w.category, ConvergenceWarning)} == {__file__}
 
 
 @pytest.mark.parametrize('seed', [0, 1, 2])
