@@ -52,7 +52,7 @@ from bartz._checks import (  # noqa: F401  (kept importable from here)
     _check_real,
     _make_key,
 )
-from bartz.fit import BARTFit, package
+from bartz.fit import BARTFit, package, warn_convergence
 from bartz.priors import _ols_sigest  # noqa: F401
 
 __all__ = ['BARTFit', 'gbart', 'mc_gbart']
@@ -300,8 +300,8 @@ def gbart(
     log_s = enc.log_split_weights()[kept] if enc.augmented else None
     X, trace, burn_sigma2, info = _run(key, X, splits, log_s, prior, w, outcome, settings, mesh)
 
-    # 5. package
-    return package(
+    # 5. package, and warn if the chains do not look converged
+    fit = package(
         outcome=outcome,
         settings=settings,
         prior=prior,
@@ -316,6 +316,8 @@ def gbart(
         x_test_model=x_test_model,
         mesh=mesh,
     )
+    warn_convergence(fit, X)
+    return fit
 
 
 def mc_gbart(x_train, y_train, x_test=None, *, mc_cores=2, **kwargs) -> BARTFit:

@@ -32,6 +32,7 @@ from bartz import (  # noqa: E402
 )
 from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
 from bartz.io import load  # noqa: E402
+from bartz.diagnostics import ConvergenceWarning  # noqa: E402
 from bartz import estimators, partial, polyagamma  # noqa: E402
 from bartz.estimators import BARTClassifier, BARTRegressor  # noqa: E402
 
@@ -41,6 +42,7 @@ __all__ = [
     'BARTClassifier',
     'BARTFit',
     'BARTRegressor',
+    'ConvergenceWarning',
     'buckets',
     'compile_cache',
     'diagnostics',

@@ -8,6 +8,9 @@ to the outcome type are left unset, as R's result lacks them (e.g.
 ``sigma`` of a probit fit): reading one is an `AttributeError`.
 """
 
+import os
+import sys
+import warnings
 from collections.abc import Iterable
 
 import jax
@@ -18,7 +21,7 @@ from bartz import buckets, grove, prepcovars, priors, sharding
 from bartz import predict as predict_mod
 from bartz._checks import _check_bool, _check_int, _make_key
 
-__all__ = ['BARTFit', 'package']
+__all__ = ['BARTFit', 'package', 'warn_convergence']
 
 
 class BARTFit:
@@ -327,6 +330,11 @@ class BARTFit:
         chain; for ``yhat_train`` (the draws at the training points), the
         worst (max) and median R-hat and the worst (min) and median ESS over
         points. R-hat needs draws; with one chain it compares its halves.
+
+        Warns a `bartz.diagnostics.ConvergenceWarning` when R-hat of sigma
+        or the median R-hat of f over the training points (all of them here,
+        not the 100 that `gbart` checks) exceeds 1.05, or the bulk ESS of
+        sigma is below 100 (see `bartz.diagnostics.convergence_problems`).
         """
         from bartz import diagnostics  # noqa: PLC0415
 
@@ -354,7 +362,61 @@ class BARTFit:
                 'ess_bulk': float(np.nanmedian(eb)),
                 'ess_tail': float(np.nanmedian(et)),
             }
+        sigma_row = rows.get('sigma', {})
+        median = rows.get('yhat_train (median point)', {})
+        problems = diagnostics._threshold_problems(  # noqa: SLF001
+            sigma_row.get('rhat'), sigma_row.get('ess_bulk'), median.get('rhat'), self._n
+        )
+        if problems:
+            msg = diagnostics._convergence_message(problems)  # noqa: SLF001
+            warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=2)
         return pd.DataFrame(rows).T
+
+    def _convergence_draws(self, X=None):
+        """Draws checked for convergence: sigma ``(chains, draws)`` (None for
+        binary outcomes) and f ``(chains, draws, points)`` at the training
+        points of `bartz.diagnostics.check_points`, from ``yhat_train``, or,
+        when it was not saved, from the trees at the binned training points
+        `X` (None without `X`)."""
+        from bartz import diagnostics  # noqa: PLC0415
+
+        sigma = None if priors.OUTCOME_TYPES[self.type].binary else self.by_chain('sigma_')
+        points = diagnostics.check_points(self._n)
+        if self.yhat_train is not None:
+            f = np.asarray(self.yhat_train)[:, points]
+        elif X is not None:
+            m = points.size
+            Xc = np.pad(np.asarray(X)[:, points], ((0, 0), (0, buckets.bucket_length(m) - m)))
+            f = self._evaluate(Xc, m, 'draws', grove.DEFAULT_MAX_MEMORY, link=None)
+        else:
+            return sigma, None
+        return sigma, f.reshape(self.chains, self.ndpost // self.chains, -1)
+
+
+def warn_convergence(fit: BARTFit, X=None) -> None:
+    """Warn a `bartz.diagnostics.ConvergenceWarning` if `fit` fails the
+    checks of `bartz.diagnostics.convergence_problems`: R-hat of sigma and
+    of f at (at most) 100 fixed training points, ESS of sigma. `X`: the
+    binned training points, used when ``yhat_train`` was not saved."""
+    from bartz import diagnostics  # noqa: PLC0415
+
+    problems = diagnostics.convergence_problems(*fit._convergence_draws(X))  # noqa: SLF001
+    if problems:
+        msg = diagnostics._convergence_message(problems)  # noqa: SLF001
+        warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised by the caller of this function
+    that points at the first frame outside bartz (the user's call of `gbart`,
+    `mc_gbart` or an estimator's ``fit``)."""
+    package_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)  # noqa: SLF001
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package_dir):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def package(
@@ -452,7 +514,8 @@ def package(
             fit.prob_test = fit.prob_test_mean = None
     if not is_binary:
         sigma_kept = scale * np.sqrt(np.asarray(trace.sigma2, np.float64))  # chain after chain
-        sigma_burn = scale * np.sqrt(np.asarray(burn_sigma2, np.float64))  # (nskip, chains)
+        # (nskip, chains); reshaped because a run without burn-in gives a flat empty array
+        sigma_burn = scale * np.sqrt(np.asarray(burn_sigma2, np.float64)).reshape(-1, mc_cores)
         if mc_cores == 1:
             fit.sigma = np.concatenate([sigma_burn[:, 0], sigma_kept])
         else:

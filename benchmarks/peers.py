@@ -175,22 +175,26 @@ def in_repo(path):
     return os.path.abspath(path).startswith(REPO + os.sep)
 
 
-def run_worker(python, spec, env_extra=None, *, ours=False):
+def run_worker(python, spec, env_extra=None, *, ours=False, script=None):
     """Run `worker(spec)` in a new process of `python`; return its result or {'error': ...}.
 
     This repo's bartz runs from the repository root with it on PYTHONPATH.
     Peers run isolated (``-I``: no PYTHONPATH, no script directory on
     ``sys.path``) in a temporary directory, so ``import bartz`` finds theirs.
+    `script` (default this file) is the script run as ``script --worker
+    SPEC``; it prints its result as the last JSON line of its output
+    (``benchmarks/mixing.py`` uses this machinery with its own worker).
     """
+    script = os.path.abspath(script or __file__)
     dropped = ('PYTHONPATH', 'JAX_COMPILATION_CACHE_DIR', 'BARTZ_COMPILATION_CACHE')
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(env_extra or {})
     with tempfile.TemporaryDirectory(prefix='bartz-peers-') as tmp:
         if ours:
-            cmd, cwd = [python, os.path.abspath(__file__)], REPO
+            cmd, cwd = [python, script], REPO
             env['PYTHONPATH'] = REPO
         else:
-            cmd, cwd = [python, '-I', os.path.abspath(__file__)], tmp
+            cmd, cwd = [python, '-I', script], tmp
         cmd += ['--worker', json.dumps(spec)]
         try:
             proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)

@@ -529,3 +529,74 @@ def test_geweke_errors():
         geweke(1.0)
     with pytest.raises(ValueError, match='x contains'):
         geweke(np.where(np.arange(100) == 5, np.nan, good))
+
+
+# ------------------------------------------------------ convergence warning
+
+
+@pytest.mark.parametrize('seed', SEEDS)
+def test_convergence_problems_ar1_sigma(seed):
+    """ESS of sigma: AR(1) chains of known ESS, 4 x 500 draws.
+
+    phi = 0.5: ESS 2000 / 3 = 667; phi = 0.97: ESS 2000 * 0.03 / 1.97 = 30.
+    The estimate's relative sd is below 0.1 at these sizes (see
+    `test_ar1_ess_matches_analytic`), so 100 lies many sds from both.
+    """
+    rng = np.random.default_rng(seed)
+    fast = 1 + 0.05 * ar1_chains(rng, 0.5, (4, 500))
+    assert diagnostics.convergence_problems(sigma=fast) == []
+    slow = 1 + 0.05 * ar1_chains(rng, 0.97, (4, 500))
+    names = [p[0] for p in diagnostics.convergence_problems(sigma=slow)]
+    assert 'ESS of sigma' in names
+    ((value,),) = [p[1:2] for p in diagnostics.convergence_problems(sigma=slow) if p[0] == 'ESS of sigma']
+    assert value < 60
+
+
+@pytest.mark.parametrize('seed', SEEDS)
+def test_convergence_problems_f(seed):
+    """Median R-hat of f: iid chains pass, a chain shifted by 2 sd at every
+    point fails (R-hat >= 1.27 for this shift, see
+    `test_rhat_flags_different_means`), and so does one drifting sigma."""
+    rng = np.random.default_rng(seed)
+    f = rng.standard_normal((4, 500, 30))
+    sigma = 1 + 0.01 * rng.standard_normal((4, 500))
+    assert diagnostics.convergence_problems(sigma, f) == []
+    f[3] += 2
+    ((name, value, cmp, threshold),) = diagnostics.convergence_problems(sigma, f)
+    assert name == 'median R-hat of f over 30 points'
+    assert value > 1.2 and cmp == '>' and threshold == diagnostics.RHAT_MAX == 1.05
+    drifting = sigma + np.linspace(1, 0, 500)
+    names = [p[0] for p in diagnostics.convergence_problems(drifting, None)]
+    assert names == ['R-hat of sigma', 'ESS of sigma']
+
+
+def test_convergence_problems_edge_cases():
+    rng = np.random.default_rng(20)
+    # fewer than 4 draws per chain: not checked, no error
+    assert diagnostics.convergence_problems(rng.standard_normal((2, 3)), rng.standard_normal((2, 3, 5))) == []
+    # constant points have no R-hat; all constant: f is not checked
+    assert diagnostics.convergence_problems(None, np.ones((2, 100, 4))) == []
+    assert diagnostics.convergence_problems(None, None) == []
+
+
+def test_check_points_fixed_and_bounded():
+    assert_array_equal = np.testing.assert_array_equal
+    assert_array_equal(diagnostics.check_points(7), np.arange(7))
+    assert_array_equal(diagnostics.check_points(100), np.arange(100))
+    for n in (101, 12_345, 10**7):
+        points = diagnostics.check_points(n)
+        assert points.size == diagnostics.CHECK_POINTS == 100
+        assert points[0] == 0 and points[-1] == n - 1
+        assert np.all(np.diff(points) > 0)
+        assert_array_equal(points, diagnostics.check_points(n))
+
+
+def test_convergence_message_names_statistic_value_threshold():
+    problems = [('R-hat of sigma', 1.234, '>', 1.05), ('ESS of sigma', 12.3, '<', 100)]
+    msg = diagnostics._convergence_message(problems)  # noqa: SLF001
+    assert 'R-hat of sigma is 1.234' in msg
+    assert 'ESS of sigma is 12' in msg
+    assert 'R-hat of sigma > 1.05' in msg and 'ESS of sigma < 100' in msg
+    for advice in ('nskip', 'ndpost', 'keepevery', 'mc_cores', "category=bartz.ConvergenceWarning"):
+        assert advice in msg
+    assert issubclass(diagnostics.ConvergenceWarning, UserWarning)
