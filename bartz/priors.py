@@ -230,11 +230,13 @@ def _ols_sigest(x, y):
     n, p = x.shape
     if p >= n - 1:
         return float(np.std(y, ddof=1))
-    # the intercept is the centring; constant columns are aliased with it
+    # the intercept is the centring; columns constant to rounding (centred
+    # norm below the tolerance times their norm) are aliased with it
     xc = x - x.mean(axis=0)
     yc = y - y.mean()
     norms = np.sqrt(np.sum(xc * xc, axis=0))
-    xc = xc[:, norms > 0] / norms[norms > 0]
+    varying = norms > _OLS_TOL * np.sqrt(np.sum(x * x, axis=0))
+    xc = xc[:, varying] / norms[varying]
     if not xc.shape[1]:
         return float(np.std(y, ddof=1))
     eigval, eigvec = np.linalg.eigh(xc.T @ xc)
