@@ -210,7 +210,17 @@ def r_priors(
 
 
 def _ols_sigest(x, y):
-    """Residual sd of the OLS fit of y on x (R: summary(lm(y ~ x))$sigma)."""
+    """Residual sd of the OLS fit of y on x (R: summary(lm(y ~ x))$sigma).
+
+    Solved by the normal equations of the centred, unit-norm columns (an
+    eigendecomposition of their small Gram matrix), not by LAPACK's
+    least squares on the ``(n, q)`` design, whose multithreaded BLAS took
+    6 to 45 ms beside JAX's threads (0.5 ms here) and left its threads
+    spinning for tens of milliseconds after the call, taking a core from
+    the sampler that runs next. Columns whose singular value
+    is below 1e-7 times the largest (R's ``lm`` tolerance) count as aliased
+    and are left out of the rank, as ``lm`` does.
+    """
     missing = np.isnan(x)
     if missing.any():
         # mean imputation plus an indicator per incomplete column
@@ -220,10 +230,23 @@ def _ols_sigest(x, y):
     n, p = x.shape
     if p >= n - 1:
         return float(np.std(y, ddof=1))
-    design = np.column_stack([np.ones(n), x])
-    coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
-    resid = y - design @ coef
-    dof = n - rank
+    # the intercept is the centring; columns constant to rounding (centred
+    # norm below the tolerance times their norm) are aliased with it
+    xc = x - x.mean(axis=0)
+    yc = y - y.mean()
+    norms = np.sqrt(np.sum(xc * xc, axis=0))
+    varying = norms > _OLS_TOL * np.sqrt(np.sum(x * x, axis=0))
+    xc = xc[:, varying] / norms[varying]
+    if not xc.shape[1]:
+        return float(np.std(y, ddof=1))
+    eigval, eigvec = np.linalg.eigh(xc.T @ xc)
+    kept = eigval > _OLS_TOL**2 * max(eigval.max(initial=0.0), 1.0)
+    basis = xc @ eigvec[:, kept]  # orthogonal columns, squared norms eigval[kept]
+    resid = yc - basis @ (basis.T @ yc / eigval[kept])
+    dof = n - 1 - int(kept.sum())
     if dof <= 0:
         return float(np.std(y, ddof=1))
     return float(np.sqrt(np.sum(resid**2) / dof))
+
+
+_OLS_TOL = 1e-7

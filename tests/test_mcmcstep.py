@@ -538,6 +538,24 @@ def test_tree_posterior_test_has_power(small_data, monkeypatch):
     assert pvalue < 1e-8
 
 
+def test_normal_quantile_matches_ndtri():
+    """The leaf noise's inverse normal cdf (AS 241) is the exact quantile to
+    float32 accuracy on the values `_uniform` can return, both tails to
+    the end included (its distribution is then checked by the conjugate
+    leaf test below)."""
+    from scipy import special  # noqa: PLC0415
+
+    grid = np.arange(1, 2**23, dtype=np.float64) * 2.0**-23
+    u = np.concatenate([grid[:50_000], grid[::97], grid[-50_000:], [np.finfo(np.float32).tiny]]).astype(np.float32)
+    z = np.asarray(jax.jit(mcmcstep._normal_quantile)(u), np.float64)
+    exact = special.ndtri(u.astype(np.float64))
+    assert np.all(np.abs(z - exact) <= 1e-6 * np.maximum(np.abs(exact), 1.0))
+    # the quantile is increasing and odd about 1/2 (no kink where the pieces join)
+    assert np.all(np.diff(z[: 50_000]) > 0)
+    mirrored = np.asarray(jax.jit(mcmcstep._normal_quantile)((1 - grid[:50_000]).astype(np.float32)), np.float64)
+    np.testing.assert_allclose(mirrored, -z[:50_000], rtol=1e-6)
+
+
 @pytest.mark.parametrize('weighted', [True, False])
 def test_leaf_posterior_conjugate(small_data, weighted):
     """A tree that can't split: its leaf is drawn from the closed-form Gaussian posterior."""

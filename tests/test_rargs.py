@@ -239,6 +239,29 @@ def test_sigest_sigdf_sigquant_set_lambda(data, fit, captured):
     assert init['sigma2_beta'] == pytest.approx(3 * lam / 2 / np.var(ys))
 
 
+def test_ols_sigest_matches_least_squares_with_aliased_columns():
+    """The OLS guess of sigma (normal equations of the centred columns) is
+    the residual sd of LAPACK's least squares, rank-deficient designs
+    included: a column equal to a sum of others, a constant column and a
+    column of large values far from 0 count as R's ``lm`` counts them."""
+    from bartz.priors import _ols_sigest  # noqa: PLC0415
+
+    rng = np.random.default_rng(2)
+
+    def reference(x, y):
+        design = np.column_stack([np.ones(len(y)), x])
+        coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+        resid = y - design @ coef
+        return np.sqrt(resid @ resid / (len(y) - rank))
+
+    x = rng.normal(size=(80, 4)) * [1e-3, 1.0, 1e3, 5.0] + [0.0, 2e3, -1e5, 1.0]
+    y = x @ rng.normal(size=4) + rng.normal(size=80)
+    assert _ols_sigest(x, y) == pytest.approx(reference(x, y), rel=1e-9)
+    aliased = np.column_stack([x, x[:, 1] - 2 * x[:, 3], np.full(80, 7.0), np.full(80, 0.1)])
+    assert _ols_sigest(aliased, y) == pytest.approx(reference(x, y), rel=1e-9)
+    assert _ols_sigest(np.full((80, 2), 0.1), y) == pytest.approx(np.std(y, ddof=1), rel=1e-12)
+
+
 def test_lambda_and_sigdf_prior_dominates(data):
     """With sigdf huge the prior pins sigma^2 at lambda_ (the data, n = 100,
     weigh nothing against it), burn-in included."""
