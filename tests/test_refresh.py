@@ -145,6 +145,17 @@ def test_drift_grows_without_refresh(long_runs, weighted):
     assert rms[10**9] > 4 * rms[REFRESH_EVERY], rms
 
 
+@jax.jit
+def _run_steps(key, state):
+    return jax.lax.fori_loop(0, 30, lambda i, s: mcmcstep.step(random.fold_in(key, i), s)[0], state)
+
+
+def run_steps(key, state):
+    """30 sweeps, to grow some trees."""
+    with jax.debug_key_reuse(False):  # fold_in of a key closed over by the loop (false positive)
+        return _run_steps(key, state)
+
+
 def drift(state, key, scale):
     """`state` with its caches perturbed, as if by a long drift (leaf counts
     are exact in the sampler and stay untouched)."""
@@ -165,9 +176,7 @@ def test_refresh_restores_the_caches(weighted, binary, padded, keys):
     n = 64
     valid = np.arange(n) % 9 != 4 if padded else None
     state = small_state(weighted, binary=binary, valid=valid, n=n)
-    run = jax.jit(lambda key, s: jax.lax.fori_loop(0, 30, lambda i, s: mcmcstep.step(random.fold_in(key, i), s)[0], s))
-    with jax.debug_key_reuse(False):
-        state = run(next(keys), state)
+    state = run_steps(next(keys), state)
     drifted = drift(state, next(keys), 1e-2)
     fresh = jax.jit(mcmcstep.refresh)(drifted)
     _, exact, _, prec, fx = exact_caches(state)
@@ -214,3 +223,37 @@ def test_run_mcmc_refreshes_every_chain(keys):
         _, exact, _, prec, _ = exact_caches(single)
         np.testing.assert_allclose(single.resid, exact, atol=1e-5)
         np.testing.assert_allclose(single.forest.leaf_prec, prec, rtol=1e-5)
+
+
+@pytest.mark.parametrize('weighted', [False, True])
+def test_refresh_on_a_mesh(weighted, keys):
+    """Data sharded over devices: residuals are refreshed per shard, the
+    precision sums are summed over the shards (``psum``); the result equals
+    the unsharded refresh up to float rounding."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from bartz import sharding
+
+    num_chains, n = 2, 64
+    valid = np.arange(n) % 9 != 4  # padding (inside the shards, to test the masks)
+    state = run_steps(next(keys), small_state(weighted, valid=valid, n=n))
+    assert np.any(np.asarray(state.forest.split_tree) != 0)
+    state = mcmcstep.init_chains(state, num_chains)
+    axes = mcmcstep.chain_axes(state)
+    drifts = jax.vmap(drift, in_axes=(axes, 0, None), out_axes=axes)
+    state = drifts(state, random.split(next(keys), num_chains), 1e-2)  # a different drift per chain
+    mesh = sharding.make_mesh(2, 2)
+    specs = mcmcloop.state_specs(state)
+    on_mesh = jax.tree.map(
+        lambda s, x: jax.device_put(x, NamedSharding(mesh, s)),
+        specs,
+        state,
+        is_leaf=lambda s: isinstance(s, PartitionSpec),
+    )
+    sharded = jax.jit(mcmcloop._make_refresh(num_chains, mesh))(on_mesh)
+    plain = jax.jit(mcmcloop._make_refresh(num_chains, None))(state)
+    np.testing.assert_allclose(sharded.resid, plain.resid, rtol=0, atol=1e-6)
+    assert np.all(np.asarray(sharded.resid)[:, ~valid] == 0)
+    if weighted:
+        np.testing.assert_allclose(sharded.forest.leaf_prec, plain.forest.leaf_prec, rtol=1e-6)
+        assert not np.allclose(plain.forest.leaf_prec, state.forest.leaf_prec, rtol=1e-4)
