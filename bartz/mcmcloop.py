@@ -6,6 +6,14 @@ Python to print progress and to honour Ctrl-C, and the draws saved in the
 chunk come to the host. Burn-in and kept iterations run in the same loop,
 so the sweep is compiled once. The random key of iteration ``i`` is
 ``fold_in(key, i)``, so the draws do not depend on the chunking.
+
+Every `REFRESH_EVERY` iterations (at fixed global iterations, again
+independent of the chunking) the residuals and weighted per-leaf precision
+sums that the sweep updates incrementally are recomputed exactly from the
+trees (`bartz.mcmcstep.refresh`): float32 rounding errors then never
+accumulate over more than `REFRESH_EVERY` sweeps, however long the run.
+Its cost is one gather per tree every `REFRESH_EVERY` sweeps (about 0.2% of
+the sweeps' time at n = 1,000 and 0.3% at n = 100,000, 200 trees, CPU).
 """
 
 import functools
@@ -22,7 +30,7 @@ from jax import numpy as jnp
 
 from bartz import grove, mcmcstep, sharding
 
-__all__ = ['Trace', 'RunInfo', 'run_mcmc', 'state_specs']
+__all__ = ['REFRESH_EVERY', 'Trace', 'RunInfo', 'run_mcmc', 'state_specs']
 
 
 class Trace(NamedTuple):

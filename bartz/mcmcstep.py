@@ -25,6 +25,12 @@ One `step` is Chipman, George & McCulloch's "Bayesian backfitting":
 4. Draw the error variance from its conjugate inverse gamma (continuous
    outcome) or the probit latent variables (binary outcome).
 
+The residuals (and, with weights, the per-leaf precision sums) are carried
+from sweep to sweep and updated incrementally in float32; `refresh`
+recomputes them exactly from the trees, against the slow drift of rounding
+errors over long runs (`bartz.mcmcloop.run_mcmc` calls it every
+`bartz.mcmcloop.REFRESH_EVERY` iterations).
+
 The marginal likelihood of a leaf with precision sum ``P = sum_i 1 / (sigma^2
 w_i^2)`` and weighted residual sum ``S = sum_i r_i / (sigma^2 w_i^2)`` is
 ``log L = 1/2 log(tau^-2 / (tau^-2 + P)) + 1/2 S^2 / (tau^-2 + P)``, with
