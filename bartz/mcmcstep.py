@@ -1146,7 +1146,7 @@ def refresh(state: State, *, data_axis: str | None = None) -> State:
     forest = state.forest
     num_trees, n = forest.leaf_indices.shape
     heap_size = forest.leaf_tree.shape[1]
-    group = _largest_divisor(num_trees, max(1, _PROPOSE_GROUP_BYTES // max(4 * n, 1)))
+    group = _largest_divisor(num_trees, 8)  # trees per loop iteration: few kernels, a small program
 
     def add_trees(g, fx):
         rows = lax.dynamic_slice_in_dim(forest.leaf_indices, g * group, group)
