@@ -197,8 +197,9 @@ def _maybe_refresh(refresh, state: mcmcstep.State, i) -> mcmcstep.State:
     """``refresh(state)`` if iteration ``i`` ends a refresh period, else `state`.
 
     The conditional returns only the recomputed fields: a branch that passed
-    the whole state through would make XLA copy it (leaf indices, ``m n``
-    bytes) every iteration.
+    the whole state through could make XLA copy it (leaf indices, ``m n``
+    bytes) at every iteration. (Refreshing after the last iteration of each
+    call instead would make the draws depend on `printevery`.)
     """
 
     def fields(s):
@@ -375,6 +376,11 @@ def run_mcmc(
 
     Notes
     -----
+    After every iteration ``i`` with ``(i + 1) % REFRESH_EVERY == 0`` the
+    residuals (and weighted per-leaf precision sums) are recomputed from the
+    trees (`bartz.mcmcstep.refresh`), so float32 rounding does not
+    accumulate over long runs.
+
     Ctrl-C between chunks stops the run cleanly: the draws collected so far
     are returned with ``info.interrupted`` set, and a message says so. If no
     draw was collected yet, `KeyboardInterrupt` is raised again.
