@@ -95,8 +95,7 @@ def long_runs():
     return runs
 
 
-@pytest.mark.slow  # the four runs take about 15 s on an idle 2-core machine, 50 s loaded
-@pytest.mark.parametrize('weighted', [False, True])
+@pytest.mark.parametrize('weighted', [False, True])  # the four runs: about 12 s on 2 cores
 def test_caches_exact_after_20000_sweeps(long_runs, weighted):
     """After 20,037 sweeps (37 after the last refresh), the carried residuals
     are within float32 rounding of the exact float64 ones.
@@ -129,7 +128,6 @@ def test_caches_exact_after_20000_sweeps(long_runs, weighted):
         assert state.forest.leaf_prec is None
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize('weighted', [False, True])
 def test_drift_grows_without_refresh(long_runs, weighted):
     """Without the refresh, the residual error is a random walk over all
