@@ -12,8 +12,8 @@ independent of the chunking) the residuals and weighted per-leaf precision
 sums that the sweep updates incrementally are recomputed exactly from the
 trees (`bartz.mcmcstep.refresh`): float32 rounding errors then never
 accumulate over more than `REFRESH_EVERY` sweeps, however long the run.
-Its cost is one gather per tree every `REFRESH_EVERY` sweeps (about 0.2% of
-the sweeps' time at n = 1,000 and 0.3% at n = 100,000, 200 trees, CPU).
+Its cost is one gather per tree every `REFRESH_EVERY` sweeps, negligible
+(benchmarks/README.md).
 """
 
 import functools
