@@ -5,8 +5,8 @@ Run from the repository root:
     .venv/bin/python benchmarks/refresh_ab.py 1000 20       # n, pairs
     .venv/bin/python benchmarks/refresh_ab.py 100000 8
 
-Friedman #1 data (p = 10, 200 trees, R's default priors in standard
-units). A is the compiled chunk of `bartz.mcmcloop.run_mcmc` (100
+Friedman #1 data (p = 10, 200 trees, standardised y, leaf prior sd
+0.25 * 2 / sqrt(200), sigma^2 ~ InvGamma(1.5, 0.05)). A is the compiled chunk of `bartz.mcmcloop.run_mcmc` (100
 iterations) without `bartz.mcmcloop._maybe_refresh`, B the same with it;
 after a compiling call each, the two run alternately (ABBA order), each call
 continuing its own chain. Printed: wall and CPU (process) time per
@@ -38,7 +38,7 @@ def main(n, pairs, ntree=200, p=10, chunk=100):
             max_split=np.full(p, 100),
             y=y,
             num_trees=ntree,
-            leaf_prior_var=(3 / (2 * 2 * np.sqrt(ntree))) ** 2,
+            leaf_prior_var=0.25**2 * 4 / ntree,
             sigma2_alpha=1.5,
             sigma2_beta=0.05,
             min_points_per_leaf=5,
