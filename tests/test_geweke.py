@@ -35,6 +35,14 @@ For probit outcomes, ``y | theta`` is ``y = 1(z > threshold)`` with ``z ~
 N(f, 1)``; ``z`` and ``y`` are regenerated together, so the latent in the
 state has its exact conditional law given ``y`` and the trees.
 
+Not covered: DART. Its update ``s ~ Dirichlet(theta/p + counts)`` (as R's
+BART and Linero 2018) is the exact conditional only when every predictor is
+usable at every internal node; a predictor with no cut-point left in a node
+is not eligible there, which the Dirichlet update ignores, so a Geweke test
+would measure that approximation (frequent with few cut-points, as here)
+rather than find a bug. The tree moves with DART probabilities are checked
+by the prior test (configuration A3 of `test_mcmcstep`).
+
 References
 ----------
 Geweke, J. (2004), "Getting it right: joint distribution tests of posterior
