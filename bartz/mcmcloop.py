@@ -6,6 +6,14 @@ Python to print progress and to honour Ctrl-C, and the draws saved in the
 chunk come to the host. Burn-in and kept iterations run in the same loop,
 so the sweep is compiled once. The random key of iteration ``i`` is
 ``fold_in(key, i)``, so the draws do not depend on the chunking.
+
+Every `REFRESH_EVERY` iterations (at fixed global iterations, again
+independent of the chunking) the residuals and weighted per-leaf precision
+sums that the sweep updates incrementally are recomputed exactly from the
+trees (`bartz.mcmcstep.refresh`): float32 rounding errors then never
+accumulate over more than `REFRESH_EVERY` sweeps, however long the run.
+Its cost is one gather per tree every `REFRESH_EVERY` sweeps, negligible
+(benchmarks/README.md).
 """
 
 import functools
@@ -22,7 +30,7 @@ from jax import numpy as jnp
 
 from bartz import grove, mcmcstep, sharding
 
-__all__ = ['Trace', 'RunInfo', 'run_mcmc', 'state_specs']
+__all__ = ['REFRESH_EVERY', 'Trace', 'RunInfo', 'run_mcmc', 'state_specs']
 
 
 class Trace(NamedTuple):
@@ -150,6 +158,57 @@ def _make_step(num_chains: int | None, mesh):
     return sharded_step
 
 
+def _make_refresh(num_chains: int | None, mesh):
+    """`bartz.mcmcstep.refresh` for one chain, several (vmap), or a device mesh."""
+    if num_chains is None:
+        return mcmcstep.refresh
+
+    def chains_refresh(state, data_axis=None):
+        axes = mcmcstep.chain_axes(state)
+        refresh = functools.partial(mcmcstep.refresh, data_axis=data_axis)
+        return jax.vmap(refresh, in_axes=(axes,), out_axes=axes)(state)
+
+    if mesh is None:
+        return chains_refresh
+    data_axis = 'data' if mesh.shape['data'] > 1 else None
+
+    def sharded_refresh(state):
+        specs = state_specs(state)
+        f = jax.shard_map(
+            functools.partial(chains_refresh, data_axis=data_axis),
+            mesh=mesh,
+            in_specs=(specs,),
+            out_specs=specs,
+            check_vma=False,
+        )
+        return f(state)
+
+    return sharded_refresh
+
+
+REFRESH_EVERY = 100
+"""`run_mcmc` recomputes the residuals (and weighted per-leaf precision
+sums) exactly from the trees (`bartz.mcmcstep.refresh`) after every
+iteration ``i`` with ``(i + 1) % REFRESH_EVERY == 0``: at fixed global
+iterations, so the draws do not depend on the chunking."""
+
+
+def _maybe_refresh(refresh, state: mcmcstep.State, i) -> mcmcstep.State:
+    """``refresh(state)`` if iteration ``i`` ends a refresh period, else `state`.
+
+    The conditional returns only the recomputed fields: a branch that passed
+    the whole state through could make XLA copy it (leaf indices, ``m n``
+    bytes) at every iteration. (Refreshing after the last iteration of each
+    call instead would make the draws depend on `printevery`.)
+    """
+
+    def fields(s):
+        return s.resid, s.forest.leaf_prec
+
+    resid, leaf_prec = lax.cond((i + 1) % REFRESH_EVERY == 0, lambda s: fields(refresh(s)), fields, state)
+    return state._replace(resid=resid, forest=state.forest._replace(leaf_prec=leaf_prec))
+
+
 def chunk_shape(n: int, n_skip: int, num_chains: int | None, save_train: bool) -> tuple[int, int]:
     """Iterations per compiled chunk and draw slots in its buffer.
 
@@ -205,6 +264,7 @@ def _chunk_runner(
     loop, so compilation costs one sweep.
     """
     step = _make_step(num_chains, mesh)
+    refresh = _make_refresh(num_chains, mesh)
     multichain = num_chains is not None
 
     def run(key, state, start, n_iters, n_burn, keepevery, dart_start):
@@ -220,6 +280,7 @@ def _chunk_runner(
                 state = state._replace(dart=state.dart._replace(on=on))
             # (bit for bit random.fold_in, without JAX's rolled loop on CPU)
             state, step_info = step(mcmcstep.fold_in(key, i), state)
+            state = _maybe_refresh(refresh, state, i)  # exact residuals against float32 drift
             if multichain:
                 step_info = jax.tree.map(lambda x: jnp.sum(x, axis=0), step_info)
             sigma2s = sigma2s.at[t].set(state.sigma2)
@@ -315,6 +376,11 @@ def run_mcmc(
 
     Notes
     -----
+    After every iteration ``i`` with ``(i + 1) % REFRESH_EVERY == 0`` the
+    residuals (and weighted per-leaf precision sums) are recomputed from the
+    trees (`bartz.mcmcstep.refresh`), so float32 rounding does not
+    accumulate over long runs.
+
     Ctrl-C between chunks stops the run cleanly: the draws collected so far
     are returned with ``info.interrupted`` set, and a message says so. If no
     draw was collected yet, `KeyboardInterrupt` is raised again.

@@ -25,6 +25,12 @@ One `step` is Chipman, George & McCulloch's "Bayesian backfitting":
 4. Draw the error variance from its conjugate inverse gamma (continuous
    outcome) or the probit latent variables (binary outcome).
 
+The residuals (and, with weights, the per-leaf precision sums) are carried
+from sweep to sweep and updated incrementally in float32; `refresh`
+recomputes them exactly from the trees, against the slow drift of rounding
+errors over long runs (`bartz.mcmcloop.run_mcmc` calls it every
+`bartz.mcmcloop.REFRESH_EVERY` iterations).
+
 The marginal likelihood of a leaf with precision sum ``P = sum_i 1 / (sigma^2
 w_i^2)`` and weighted residual sum ``S = sum_i r_i / (sigma^2 w_i^2)`` is
 ``log L = 1/2 log(tau^-2 / (tau^-2 + P)) + 1/2 S^2 / (tau^-2 + P)``, with
@@ -66,6 +72,7 @@ __all__ = [
     'State',
     'propose_moves',
     'StepInfo',
+    'refresh',
     'chain_axes',
     'fold_in',
     'init',
@@ -1143,3 +1150,62 @@ def sweep_count_info(info: StepInfo) -> dict:
         'grow_acc': float(np.sum(info.grow_accepted) / max(grow_prop, 1)),
         'prune_acc': float(np.sum(info.prune_accepted) / max(prune_prop, 1)),
     }
+
+
+def refresh(state: State, *, data_axis: str | None = None) -> State:
+    """Recompute the carried residuals (and per-leaf precision sums) from the trees.
+
+    `step` updates the residuals incrementally, ``r += old - new`` per tree
+    and sweep, and (with weights) the per-leaf precision sums by adding and
+    subtracting parts of them; each update rounds in float32, so over many
+    sweeps the carried values drift from the exact ones like a random walk
+    (about ``sqrt(sweeps * trees)`` roundings). This recomputes them from
+    the trees, as the sampler's caches would be without rounding:
+
+    - ``resid = y - sum_j leaf_tree[j, leaf_indices[j]]`` (``z`` instead of
+      ``y`` for binary outcomes), one gather per tree with the cached leaf
+      indices (no traversal), accumulated in float32 over the trees
+      (rounding ``sqrt(m)`` ulps of the sum of trees); padding points
+      (leaf index 0) keep residual 0.
+    - ``leaf_prec[j] = sum of prec_weights by leaf_indices[j]``, one scatter
+      per tree, if the state carries them (weighted, or logistic).
+
+    Leaf counts are integers and exact: they are not recomputed. The draws
+    of the chain are unchanged in law; `bartz.mcmcloop.run_mcmc` calls this
+    every `bartz.mcmcloop.REFRESH_EVERY` iterations.
+
+    Parameters
+    ----------
+    state
+        A single-chain state (``vmap`` it, with `chain_axes`, for several).
+    data_axis
+        Name of the mesh axis the data points are split over, inside
+        `jax.shard_map`: residuals are per point and need nothing, the
+        precision sums are ``psum``-ed over it. None without sharding.
+
+    Returns
+    -------
+    The state with ``resid`` and ``forest.leaf_prec`` recomputed.
+    """
+    forest = state.forest
+    num_trees, n = forest.leaf_indices.shape
+    heap_size = forest.leaf_tree.shape[1]
+    group = _largest_divisor(num_trees, 8)  # trees per loop iteration: few kernels, a small program
+
+    def add_trees(g, fx):
+        rows = lax.dynamic_slice_in_dim(forest.leaf_indices, g * group, group)
+        values = lax.dynamic_slice_in_dim(forest.leaf_tree, g * group, group)
+        # sequential over the group's trees: the same rounding for any group size
+        for k in range(group):
+            fx = fx + _lookup(values[k], rows[k])
+        return fx
+
+    fx = lax.fori_loop(0, num_trees // group, add_trees, jnp.zeros(n, jnp.float32))
+    target = state.y if state.z is None else state.z
+    real = forest.leaf_indices[0] != 0  # padding has no leaf
+    resid = jnp.where(real, target.astype(jnp.float32) - fx, 0.0)
+    if forest.leaf_prec is not None:
+        weights = jnp.where(real, state.prec_weights, 0.0)
+        leaf_prec = lax.map(lambda row: _leaf_sums(row, weights, heap_size), forest.leaf_indices)
+        forest = forest._replace(leaf_prec=_psum(leaf_prec, data_axis))
+    return state._replace(resid=resid, forest=forest)
