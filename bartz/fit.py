@@ -452,7 +452,8 @@ def package(
             fit.prob_test = fit.prob_test_mean = None
     if not is_binary:
         sigma_kept = scale * np.sqrt(np.asarray(trace.sigma2, np.float64))  # chain after chain
-        sigma_burn = scale * np.sqrt(np.asarray(burn_sigma2, np.float64))  # (nskip, chains)
+        # (nskip, chains); with nskip = 0 the loop returns a flat empty array
+        sigma_burn = scale * np.sqrt(np.asarray(burn_sigma2, np.float64)).reshape(-1, mc_cores)
         if mc_cores == 1:
             fit.sigma = np.concatenate([sigma_burn[:, 0], sigma_kept])
         else:

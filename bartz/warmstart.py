@@ -70,6 +70,15 @@ __all__ = ['num_bins', 'prior_trees', 'start_chains', 'state_from_trees', 'warm_
 # the few sampler kernels used here, by their mcmcstep names
 _leaf_sums = mcmcstep._leaf_sums
 _log_marginal = mcmcstep._log_marginal
+# fast random numbers (one fused kernel per call on CPU, where JAX's own
+# generators run a rolled loop of a dozen kernels per round)
+_uniform = mcmcstep._uniform
+_split = mcmcstep._split
+_gamma = mcmcstep._gamma
+
+
+def _gumbel(u):
+    return -jnp.log(-jnp.log(u))
 
 
 def _valid(state: mcmcstep.State):
@@ -153,20 +162,24 @@ def prior_trees(key, state: mcmcstep.State) -> mcmcstep.State:
     ``N(0, tau^2)``; the error variance is that of `state`; probit latents
     are drawn given the trees.
     """
-    key_trees, key_leaves, key_latent = random.split(key, 3)
+    key_trees, key_leaves, key_latent = _split(key, 3)
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
-    keys = random.split(key_trees, num_trees)
+    p = state.X.shape[0]
+    depth = grove.heap_depth(heap_size)
+    # all the uniforms of the structures at once: (trees, levels, nodes, 2 + p)
+    u = _uniform(key_trees, (num_trees, depth - 1, 2 ** (depth - 2), 2 + p))
     grow = functools.partial(_prior_tree, state=state)
-    var_tree, split_tree = lax.map(lambda k: grow(k), keys) if _sequential() else jax.vmap(grow)(keys)
-    noise = random.normal(key_leaves, (num_trees, heap_size))
+    var_tree, split_tree = jax.vmap(grow)(u)
+    noise = jax.scipy.special.ndtri(_uniform(key_leaves, (num_trees, heap_size)))
     leaf_tree = noise * jnp.sqrt(state.leaf_prior_var)
     state = state_from_trees(state, var_tree, split_tree, leaf_tree)
     return _redraw_latents(key_latent, state)
 
 
-def _prior_tree(key, state: mcmcstep.State):
-    """One tree from the prior, as ``(var_row, split_row)``."""
+def _prior_tree(u, state: mcmcstep.State):
+    """One tree from the prior, as ``(var_row, split_row)``, from uniforms
+    ``u`` of shape ``(D - 1, 2**(D-2), 2 + p)``."""
     X = state.X
     max_split = state.max_split
     p, n = X.shape
@@ -180,21 +193,18 @@ def _prior_tree(key, state: mcmcstep.State):
     hi = jnp.zeros((heap_size, p), jnp.int32).at[1].set(max_split)
     idx = jnp.where(valid, 1, 0).astype(jnp.int32)
     points = jnp.arange(n)
-    keys = random.split(key, depth - 1)
     for d in range(depth - 1):
         first, width = 2**d, 2**d
         nodes = first + jnp.arange(width)
-        key_split, key_var, key_cut = random.split(keys[d], 3)
+        u_split, u_cut, u_var = u[d, :width, 0], u[d, :width, 1], u[d, :width, 2:]
         exists = (nodes == 1) | (split_row[nodes >> 1] != 0)
         num_cuts = hi[nodes] - lo[nodes]  # (width, p)
         usable = num_cuts > 0
-        wants = random.uniform(key_split, (width,)) < state.p_nonterminal[d]
-        gumbel = random.gumbel(key_var, (width, p))
-        v = jnp.argmax(jnp.where(usable, state.log_s + gumbel, -jnp.inf), axis=1)
+        wants = u_split < state.p_nonterminal[d]
+        v = jnp.argmax(jnp.where(usable, state.log_s + _gumbel(u_var), -jnp.inf), axis=1)
         lo_v = lo[nodes, v]
         hi_v = hi[nodes, v]
-        u = random.uniform(key_cut, (width,))
-        c = jnp.minimum(lo_v + 1 + jnp.floor(u * (hi_v - lo_v)).astype(jnp.int32), hi_v)
+        c = jnp.minimum(lo_v + 1 + jnp.floor(u_cut * (hi_v - lo_v)).astype(jnp.int32), hi_v)
         split = exists & usable.any(axis=1) & wants
         # points per child of the candidate splits, on the actual data
         local = idx - first
@@ -202,7 +212,7 @@ def _prior_tree(key, state: mcmcstep.State):
         local = jnp.clip(local, 0, width - 1)
         x = X[v[local], points].astype(jnp.int32)
         child = jnp.where(here, 2 * local + (x >= c[local]), 2 * width)
-        counts = jnp.zeros(2 * width + 1, jnp.int32).at[child].add(1)[: 2 * width].reshape(width, 2)
+        counts = jnp.zeros(2 * width, jnp.int32).at[child].add(1, mode='drop').reshape(width, 2)
         split = split & (counts.min(axis=1) >= state.min_points_per_leaf)
         var_row, split_row, lo, hi, idx = _apply_splits(
             d, split, v, c, var_row, split_row, lo, hi, idx, X, points
@@ -252,8 +262,8 @@ def warm_start(key, state: mcmcstep.State, num_sweeps: int, bins: int | None = N
     continuous = state.z is None
 
     def sweep(state, key):
-        key_trees, key_latent = random.split(key)
-        keys = random.split(key_trees, num_trees)
+        key_trees, key_latent = _split(key, 2)
+        keys = _split(key_trees, num_trees)
         valid = _valid(state)
         carry = (state.resid, state.sigma2)
         xs = (keys, state.forest.leaf_tree, state.forest.leaf_indices)
@@ -270,7 +280,7 @@ def warm_start(key, state: mcmcstep.State, num_sweeps: int, bins: int | None = N
         state = state._replace(forest=forest, resid=resid, sigma2=sigma2 if continuous else state.sigma2)
         return _redraw_latents(key_latent, state), None
 
-    state, _ = lax.scan(sweep, state, random.split(key, num_sweeps))
+    state, _ = lax.scan(sweep, state, _split(key, num_sweeps))
     # rebuilt from the trees alone: the residuals lose the rounding of the
     # incremental updates, and the bookkeeping is the same as `prior_trees`'
     return state_from_trees(state, state.forest.var_tree, state.forest.split_tree, state.forest.leaf_tree)
@@ -280,7 +290,7 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
     """Regrow one tree from its root (a `lax.scan` body over the trees)."""
     resid, sigma2 = carry
     key, old_leaves, old_indices = tree
-    key_grow, key_leaves, key_sigma = random.split(key, 3)
+    key_grow, key_sigma = _split(key, 2)
     X = state.X
     p, n = X.shape
     heap_size = old_leaves.shape[0]
@@ -308,8 +318,12 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
     hi = jnp.zeros((heap_size, p), jnp.int32).at[1].set(max_split)
     idx = jnp.where(valid, 1, 0).astype(jnp.int32)
     points = jnp.arange(n)
-    keys = random.split(key_grow, depth - 1)
     log_s = state.log_s
+    # the tree's uniforms in one call: per level and node, p + 1 for the
+    # choice among "no split" and the predictors, bins - 1 for the cut-point;
+    # then the leaf noise
+    per_node = p + bins
+    u = _uniform(key_grow, ((2 ** (depth - 1) - 1) * per_node + heap_size,))
     cuts = jnp.arange(1, bins)  # split index c: a point goes left iff its bin < c
     for d in range(depth - 1):
         first, width = 2**d, 2**d
@@ -342,14 +356,17 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
         log_split = jnp.where(candidate & can_split[:, None, None], log_split, -jnp.inf)
         log_stay = jnp.log1p(-p_split) + _log_marginal(S, P, inv_sigma2, inv_tau2)
         log_stay = jnp.where(p_split < 1, log_stay, -jnp.inf)
-        logits = jnp.concatenate([log_stay[:, None], log_split.reshape(width, -1)], axis=1)
-        # Gumbel-max: one categorical draw per node; choice 0 is "no split"
-        gumbel = random.gumbel(keys[d], logits.shape)
-        choice = jnp.argmax(logits + gumbel, axis=1)
+        # in two stages, exactly: "no split" or the predictor, with the
+        # predictor's weight summed over its cut-points, then the cut-point
+        # given the predictor; both by Gumbel-max
+        u_level = u[(first - 1) * per_node : (2 * first - 1) * per_node].reshape(width, per_node)
+        log_var_total = jax.scipy.special.logsumexp(log_split, axis=2)  # (width, p)
+        logits = jnp.concatenate([log_stay[:, None], log_var_total], axis=1)
+        choice = jnp.argmax(logits + _gumbel(u_level[:, : p + 1]), axis=1)
         split = exists & (choice > 0)
-        flat = jnp.maximum(choice - 1, 0)
-        v = flat // (bins - 1)
-        c = flat % (bins - 1) + 1
+        v = jnp.maximum(choice - 1, 0)
+        log_cut = jnp.take_along_axis(log_split, v[:, None, None], axis=1)[:, 0]  # (width, bins - 1)
+        c = jnp.argmax(log_cut + _gumbel(u_level[:, p + 1 :]), axis=1) + 1
         var_row, split_row, lo, hi, idx = _apply_splits(d, split, v, c, var_row, split_row, lo, hi, idx, X, points)
 
     # leaves from their conjugate posterior
@@ -359,7 +376,7 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
     S, P = leaf_stats[:, 0], leaf_stats[:, 1]
     post_prec = P * inv_sigma2 + inv_tau2
     post_mean = S * inv_sigma2 / post_prec
-    noise = random.normal(key_leaves, (heap_size,))
+    noise = jax.scipy.special.ndtri(u[-heap_size:])
     leaf = grove.is_leaf(split_row)
     leaves = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
     resid = jnp.where(valid, r - leaves[idx], 0.0)
@@ -370,7 +387,7 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
         sq = resid * resid if not weighted else resid * resid * weights
         alpha = state.sigma2_alpha + jnp.sum(count).astype(jnp.float32) / 2
         beta = state.sigma2_beta + jnp.sum(sq) / 2
-        sigma2 = (beta / random.gamma(key_sigma, alpha)).astype(jnp.float32)
+        sigma2 = (beta / _gamma(key_sigma, alpha)).astype(jnp.float32)
     return (resid, sigma2), (var_row, split_row, leaves, leaf_idx, count, prec)
 
 
@@ -394,6 +411,8 @@ def _histograms(X, local, width, bins, stats):
         hist = jnp.zeros((size, k), stats.dtype).at[index.reshape(-1)].add(values, mode='drop')
         return hist.reshape(width, group, bins, k)
 
+    if group == p:
+        return one_group(X)
     hists = lax.map(one_group, X.reshape(p // group, group, n))  # (p / group, width, group, bins, k)
     return jnp.moveaxis(hists, 0, 1).reshape(width, p, bins, k)
 
@@ -420,7 +439,12 @@ def num_bins(max_split) -> int:
 # ------------------------------------------------------------ the chains
 
 
-def start_chains(key, state: mcmcstep.State, num_chains: int | None, warmstart: int, start: str = 'root'):
+DEFAULT_START = 'root'
+"""The start of `start_chains` with ``warmstart=0``: ``'root'`` or ``'prior'``
+(measured in benchmarks/warmstart.py; see the user guide)."""
+
+
+def start_chains(key, state: mcmcstep.State, num_chains: int | None, warmstart: int, start: str | None = None):
     """The starting states of the chains, each from its own key.
 
     Parameters
@@ -438,12 +462,14 @@ def start_chains(key, state: mcmcstep.State, num_chains: int | None, warmstart: 
     start
         With ``warmstart=0``: ``'root'`` (every tree a leaf of value 0, all
         chains the same, `state` returned as it is) or ``'prior'``
-        (`prior_trees`, a different draw for every chain).
+        (`prior_trees`, a different draw for every chain); None for
+        `DEFAULT_START`.
 
     Returns
     -------
     The state for `bartz.mcmcloop.run_mcmc`, with the same chain axis.
     """
+    start = DEFAULT_START if start is None else start
     if warmstart == 0 and start == 'root':
         return state
     program = _start_program(num_chains, warmstart, start, num_bins(state.max_split), _sequential())
@@ -464,7 +490,7 @@ def _start_program(num_chains, warmstart, start, bins, sequential):
     def run(key, state):
         if num_chains is None:
             return one(key, state)
-        keys = random.split(key, num_chains)
+        keys = _split(key, num_chains)
         return _map_chains(one, keys, state, sequential)
 
     return jax.jit(run)
