@@ -487,13 +487,13 @@ def _start_program(num_chains, warmstart, start, bins, sequential):
     else:
         raise ValueError(start)
 
-    def run(key, state):
+    def start_from(key, state):
         if num_chains is None:
             return one(key, state)
         keys = _split(key, num_chains)
         return _map_chains(one, keys, state, sequential)
 
-    return jax.jit(run)
+    return jax.jit(start_from)
 
 
 def _map_chains(fn, keys, state, sequential):

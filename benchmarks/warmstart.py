@@ -147,6 +147,7 @@ def main(argv=None):
     parser.add_argument('--starts', default='root,prior,warm5')
     parser.add_argument('--seeds', type=int, default=1)
     parser.add_argument('--markdown', action='store_true')
+    parser.add_argument('--save', default=None, help='folder to save the traces in (npz), for re-analysis')
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(',')]
     iters = [int(s) for s in args.iters.split(',')]
@@ -163,6 +164,9 @@ def main(argv=None):
             mode = 'root' if k else start
             for seed in range(args.seeds):
                 sigma, f_test, wall, elapsed = run_start(x, y, x_test, t, mode, k, seed)
+                if args.save:
+                    Path(args.save).mkdir(parents=True, exist_ok=True)
+                    np.savez(Path(args.save) / f'{n}_{start}_{seed}.npz', sigma=sigma, f_test=f_test, wall=wall, elapsed=elapsed)
                 b = burnin_iterations(sigma, f_test)
                 rows.append((n, start, seed, b['sigma'], b['rhat'], b['burnin'], elapsed / t, wall))
                 print(
