@@ -325,13 +325,15 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
     per_node = p + bins
     u = _uniform(key_grow, ((2 ** (depth - 1) - 1) * per_node + heap_size,))
     cuts = jnp.arange(1, bins)  # split index c: a point goes left iff its bin < c
+    below = (jnp.arange(bins)[:, None] < cuts[None, :]).astype(jnp.float32)  # (bins, bins - 1)
     for d in range(depth - 1):
         first, width = 2**d, 2**d
         nodes = first + jnp.arange(width)
         hist = _histograms(X, idx - first, width, bins, stats)  # (width, p, bins, k)
-        cum = jnp.cumsum(hist, axis=2)
-        total = cum[:, 0, -1, :]  # (width, k)
-        left = cum[:, :, :-1, :]  # (width, p, bins - 1, k): split at c = 1 .. bins - 1
+        # sums left of each cut-point: a product with a triangular matrix,
+        # one kernel (a cumsum is a scan of many small ones on CPU)
+        left = jnp.einsum('wpbk,bc->wpck', hist, below, precision=lax.Precision.HIGHEST)
+        total = hist[:, 0].sum(axis=1)  # (width, k)
         right = total[:, None, None, :] - left
         # S = weighted residual sum, P = precision sum, N = count
         S_l, S_r, S = left[..., 0], right[..., 0], total[:, 0]

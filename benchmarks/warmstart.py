@@ -146,6 +146,7 @@ def main(argv=None):
     parser.add_argument('--iters', default='1000,1000,1500', help='iterations per chain, one per size')
     parser.add_argument('--starts', default='root,prior,warm5')
     parser.add_argument('--seeds', type=int, default=1)
+    parser.add_argument('--first-seed', type=int, default=0)
     parser.add_argument('--markdown', action='store_true')
     parser.add_argument('--save', default=None, help='folder to save the traces in (npz), for re-analysis')
     args = parser.parse_args(argv)
@@ -162,7 +163,7 @@ def main(argv=None):
         for start in args.starts.split(','):
             k = int(start[4:]) if start.startswith('warm') else 0
             mode = 'root' if k else start
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 sigma, f_test, wall, elapsed = run_start(x, y, x_test, t, mode, k, seed)
                 if args.save:
                     Path(args.save).mkdir(parents=True, exist_ok=True)

@@ -62,8 +62,17 @@ def chain(state, c):
     return mcmcstep.State(*(v if a is None else jax.tree.map(lambda x: x[c], v) for v, a in zip(state, axes, strict=True)))
 
 
-@pytest.mark.parametrize('kind', KINDS)
-@pytest.mark.parametrize(('warm', 'start'), [(3, None), (0, 'prior')])
+SLOW = pytest.mark.slow
+CONSISTENT_CASES = [(kind, 3, None) for kind in KINDS] + [
+    ('continuous', 0, 'prior'),
+    ('probit', 0, 'prior'),
+    pytest.param('weighted', 0, 'prior', marks=SLOW),
+    pytest.param('padded', 0, 'prior', marks=SLOW),
+    pytest.param('logistic', 0, 'prior', marks=SLOW),
+]
+
+
+@pytest.mark.parametrize(('kind', 'warm', 'start'), CONSISTENT_CASES)
 def test_start_consistent(kind, warm, start):
     """One chain: the start is a consistent state, and stays one under the MCMC."""
     state, valid = kind_state(kind)
@@ -82,8 +91,16 @@ def test_start_consistent(kind, warm, start):
     check_state(out, DATA_MIN_POINTS, valid)
 
 
-@pytest.mark.parametrize(('warm', 'start'), [(2, None), (0, 'prior')])
-@pytest.mark.parametrize('kind', ['continuous', 'padded', 'logistic'])
+@pytest.mark.parametrize(
+    ('kind', 'warm', 'start'),
+    [
+        ('padded', 2, None),
+        ('padded', 0, 'prior'),
+        pytest.param('continuous', 2, None, marks=SLOW),
+        pytest.param('logistic', 2, None, marks=SLOW),
+        pytest.param('logistic', 0, 'prior', marks=SLOW),
+    ],
+)
 def test_several_chains(kind, warm, start):
     """Every chain starts from its own consistent state."""
     state, valid = kind_state(kind)
@@ -124,8 +141,10 @@ def test_split_weights_follow_log_s():
 # ------------------------------------------------ the laws, where known exactly
 
 
-@pytest.mark.parametrize('warm', [0, 1])
-@pytest.mark.parametrize('config', ['A', 'A2', 'A3', 'B'])
+@pytest.mark.parametrize(
+    ('config', 'warm'),
+    [('B', 0), ('B', 1)] + [pytest.param(c, w, marks=SLOW) for c in ('A', 'A2', 'A3') for w in (0, 1)],
+)
 def test_no_data_draws_the_prior(config, warm):
     """With no data every leaf's likelihood is 1, so the grow-from-root
     weights reduce to the tree prior (this checks the "no split" weight
@@ -168,27 +187,36 @@ FIT_SEEDS = 6
 
 @pytest.fixture(scope='module')
 def friedman_fits():
-    """The error of f after 1 iteration following 5 warm-start sweeps, for
-    several seeds, and of the draws of a long MCMC run from the root."""
+    """Errors ``rmse(f_hat - f)`` on Friedman #1 of: the first draw after 5
+    warm-start sweeps (several seeds), the draw after 10 iterations from
+    the root start (same seeds), and the draws of a long MCMC run."""
     rng = np.random.default_rng(2024)
     x, f = _friedman(FIT_N, rng)
     y = f + rng.normal(size=FIT_N)
-    warm = []
-    for seed in range(FIT_SEEDS):
-        fit = gbart(x, y, nskip=0, ndpost=1, printevery=None, seed=seed, warmstart=5, ntree=50)
-        warm.append(np.sqrt(np.mean((fit.yhat_train[0] - f) ** 2)))
-    fit = gbart(x, y, nskip=300, ndpost=300, printevery=None, seed=0, ntree=50)
-    mcmc = np.sqrt(np.mean((fit.yhat_train - f) ** 2, axis=1))
-    return np.array(warm), mcmc
+
+    def rmse(fit):
+        return np.sqrt(np.mean((fit.yhat_train - f) ** 2, axis=1))
+
+    kw = {'printevery': None, 'ntree': 50}
+    warm = [rmse(gbart(x, y, nskip=0, ndpost=1, seed=seed, warmstart=5, **kw))[0] for seed in range(FIT_SEEDS)]
+    root = [rmse(gbart(x, y, nskip=9, ndpost=1, seed=seed, **kw))[0] for seed in range(FIT_SEEDS)]
+    mcmc = rmse(gbart(x, y, nskip=300, ndpost=300, seed=0, **kw))
+    return np.array(warm), np.array(root), mcmc
 
 
+@SLOW
 def test_warm_start_fits_the_data(friedman_fits):
-    """The warm start's error is that of a posterior draw: its mean over
-    seeds is within 4 standard errors (of the spread over seeds) plus the
-    spread of the posterior draws' errors of their mean."""
-    warm, mcmc = friedman_fits
-    se = warm.std(ddof=1) / np.sqrt(warm.size)
-    assert abs(warm.mean() - mcmc.mean()) < 4 * se + mcmc.std(ddof=1), (warm, mcmc.mean(), mcmc.std())
+    """The warm start is near the posterior: its error (mean over seeds, up
+    to 4 standard errors from the spread over seeds) is below that of the
+    root start after 10 MCMC iterations, and within 25% of a posterior
+    draw's (measured: about 12% above after 5 sweeps, which is why it is a
+    start and not a substitute for the burn-in; benchmarks/README.md)."""
+    warm, root, mcmc = friedman_fits
+    se_warm = warm.std(ddof=1) / np.sqrt(warm.size)
+    se_root = root.std(ddof=1) / np.sqrt(root.size)
+    assert warm.mean() + 4 * se_warm < root.mean() - 4 * se_root, (warm, root)
+    assert warm.mean() - 4 * se_warm < 1.25 * mcmc.mean(), (warm, mcmc.mean())
+    assert warm.mean() + 4 * se_warm > mcmc.mean() - 4 * mcmc.std(ddof=1), (warm, mcmc.mean())
 
 
 # ----------------------------------------------------------- the front end
