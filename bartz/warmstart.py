@@ -60,7 +60,7 @@ import functools
 
 import jax
 import numpy as np
-from jax import lax, random
+from jax import lax
 from jax import numpy as jnp
 
 from bartz import grove, mcmcstep
@@ -427,8 +427,8 @@ def _largest_divisor(m, at_most):
 
 
 def _sequential():
-    """Chains (and trees of `prior_trees`) one after the other on CPU, where
-    XLA's batched scatters are slower per element than unbatched ones."""
+    """Chains one after the other on CPU, where XLA's batched scatters are
+    slower per element than unbatched ones; `vmap` elsewhere."""
     return jax.default_backend() == 'cpu'
 
 

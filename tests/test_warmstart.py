@@ -160,13 +160,12 @@ def test_no_data_draws_the_prior(config, warm):
     assert not bad, f'{config} warm={warm}: {pvalues}'
 
 
-def test_no_data_detects_wrong_weights(monkeypatch):
+def test_no_data_detects_wrong_weights():
     """The comparison above has power: doubling the split probability of
     the grow-from-root weights is rejected."""
     max_depth, max_split, base, power, s, num_trees, _ = PRIOR_CONFIGS['B']
     state = prior_state(max_depth, max_split, base, power, s, num_trees)
     state = state._replace(p_nonterminal=jnp.minimum(2 * state.p_nonterminal, 0.99))
-    warmstart._start_program.cache_clear()
     out = jax.device_get(warmstart.start_chains(random.key(5), state, None, 1))
     pvalues = prior_pvalues(out, 'B', 7)
     assert min(pvalues.values()) < P_MIN
