@@ -326,7 +326,9 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
     u = _uniform(key_grow, ((2 ** (depth - 1) - 1) * per_node + heap_size,))
     cuts = jnp.arange(1, bins)  # split index c: a point goes left iff its bin < c
     below = (jnp.arange(bins)[:, None] < cuts[None, :]).astype(jnp.float32)  # (bins, bins - 1)
-    for d in range(depth - 1):
+
+    def grow_level(d, carry):
+        var_row, split_row, lo, hi, idx = carry
         first, width = 2**d, 2**d
         nodes = first + jnp.arange(width)
         hist = _histograms(X, idx - first, width, bins, stats)  # (width, p, bins, k)
@@ -369,7 +371,18 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
         v = jnp.maximum(choice - 1, 0)
         log_cut = jnp.take_along_axis(log_split, v[:, None, None], axis=1)[:, 0]  # (width, bins - 1)
         c = jnp.argmax(log_cut + _gumbel(u_level[:, p + 1 :]), axis=1) + 1
-        var_row, split_row, lo, hi, idx = _apply_splits(d, split, v, c, var_row, split_row, lo, hi, idx, X, points)
+        return _apply_splits(d, split, v, c, var_row, split_row, lo, hi, idx, X, points)
+
+    carry = (var_row, split_row, lo, hi, idx)
+    for d in range(depth - 1):
+        if d == 0:
+            carry = grow_level(d, carry)
+        else:
+            # most trees stop after a few levels: skip the histograms of a
+            # level with no node (a branch under lax.map, a select under vmap)
+            parents = carry[1][2 ** (d - 1) : 2**d]
+            carry = lax.cond(jnp.any(parents != 0), functools.partial(grow_level, d), lambda c: c, carry)
+    var_row, split_row, lo, hi, idx = carry
 
     # leaves from their conjugate posterior
     leaf_idx = jnp.where(valid, idx, 0).astype(jnp.uint8)
