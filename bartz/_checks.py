@@ -166,6 +166,7 @@ class Settings(NamedTuple):
     usequants: bool
     rm_const: bool
     save_yhat_train: bool
+    warmstart: int  # grow-from-root sweeps before the MCMC
 
 
 def check_settings(
@@ -199,6 +200,7 @@ def check_settings(
     usequants,
     rm_const,
     save_yhat_train,
+    warmstart=0,
 ) -> Settings:
     """Check the scalar arguments of `bartz.gbart`; ``outcome`` (a
     `bartz.priors.OutcomeType`) gives the defaults of ``ntree`` and
@@ -243,7 +245,19 @@ def check_settings(
         usequants=bool(usequants),
         rm_const=bool(rm_const),
         save_yhat_train=bool(save_yhat_train),
+        warmstart=_check_int('warmstart', warmstart, 0),
     )
+
+
+def check_warmstart(warmstart, mesh):
+    """The warm start runs on one device's data: refuse it with the data
+    split over devices (chains over devices are fine)."""
+    if warmstart > 0 and mesh is not None and mesh.shape['data'] > 1:
+        msg = (
+            f'warmstart={warmstart} is not supported with the data split over devices '
+            f"(num_data_devices={mesh.shape['data']}); use warmstart=0 or num_data_devices=1"
+        )
+        raise ValueError(msg)
 
 
 def make_mesh(devices, num_chain_devices, num_data_devices, mc_cores):
