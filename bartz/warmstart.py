@@ -414,7 +414,7 @@ def _histograms(X, local, width, bins, stats):
     temporaries take about `_HIST_GROUP_POINTS` point-predictor pairs."""
     p, n = X.shape
     k = stats.shape[1]
-    group = _largest_divisor(p, max(1, _HIST_GROUP_POINTS // max(n, 1)))
+    group = mcmcstep._largest_divisor(p, max(1, _HIST_GROUP_POINTS // max(n, 1)))
     size = width * group * bins
     here = (local >= 0) & (local < width)
     offset = jnp.where(here, local * (group * bins), size)  # out of the level: dropped
@@ -433,10 +433,6 @@ def _histograms(X, local, width, bins, stats):
 
 
 _HIST_GROUP_POINTS = 2**22
-
-
-def _largest_divisor(m, at_most):
-    return max(d for d in range(1, min(m, at_most) + 1) if m % d == 0)
 
 
 def _sequential():
