@@ -552,6 +552,9 @@ def fold_in(key, data):
     return random.wrap_key_data(jnp.stack([y0, y1]), impl='threefry2x32')
 
 
+_GAMMA_MAX_TRIES = 1 << 16
+
+
 def _gamma(key, alpha):
     """A Gamma(`alpha`, 1) draw by Marsaglia & Tsang's (2000) rejection
     method, from uniforms of `_threefry2x32` (as `random.gamma`, another
@@ -579,7 +582,17 @@ def _gamma(key, alpha):
         ok = (v > 0) & (jnp.log(u_accept) < 0.5 * x * x + d - d * v + d * jnp.log(jnp.maximum(v, tiny)))
         return counter + 1, ok, d * v
 
-    _, _, value = lax.while_loop(lambda carry: ~carry[1], body, (jnp.uint32(1), jnp.bool_(False), d))
+    # a try is accepted with probability above 0.95 for any finite shape;
+    # a NaN or infinite shape ends the loop at once (and gives NaN), the
+    # cap keeps it finite whatever happens
+    finite = jnp.isfinite(d)
+
+    def more(carry):
+        counter, ok, _ = carry
+        return ~ok & finite & (counter < _GAMMA_MAX_TRIES)
+
+    _, _, value = lax.while_loop(more, body, (jnp.uint32(1), jnp.bool_(False), d))
+    value = jnp.where(finite, value, jnp.nan)
     u_boost, _ = uniforms(jnp.uint32(0))
     return jnp.where(boost, value * u_boost ** (1.0 / alpha), value)
 

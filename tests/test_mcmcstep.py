@@ -888,3 +888,13 @@ def test_step_deterministic_and_traces_once():
     )
     run(2, hyper, 2)
     assert traces == 1
+
+
+def test_gamma_ends_on_bad_shape():
+    """A NaN or infinite shape gives NaN at once: the rejection loop must not spin."""
+    out = jax.jit(mcmcstep._gamma)(random.key(0), jnp.array(jnp.nan, jnp.float32))
+    assert np.isnan(out)
+    out = jax.jit(mcmcstep._gamma)(random.key(0), jnp.array(jnp.inf, jnp.float32))
+    assert np.isnan(out)
+    out = jax.jit(mcmcstep._gamma)(random.key(0), jnp.array(2.5, jnp.float32))
+    assert np.isfinite(out) and out > 0
