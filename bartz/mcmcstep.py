@@ -378,13 +378,15 @@ def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
 def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     """Accept/reject the moves and redraw the leaves, one tree after the other.
 
-    Per tree, one pass over the data: the residuals summed per cell (one
-    scatter), the counts and precision sums of the cells whose points the
-    move regroups (masked sums: every precision is a fresh sum of weights,
-    never a difference), then per-leaf statistics of the current and
-    proposed trees by small sums over the cells, the exact log marginal
-    likelihood ratio (leaves the move does not touch cancel exactly), the
-    acceptance, and the conjugate draw of every leaf of the final tree.
+    Per tree, one pass over the data: one scatter sums, per cell (heap
+    slot, `bartz.moves.Moves`), the residuals, the points and (with
+    weights) the precisions, so every statistic is a fresh sum, never a
+    difference. The statistics of the leaves of the current and of the
+    proposed tree are then sums over cells (one small matrix product), the
+    log marginal likelihood ratio is exact (leaves the move does not touch
+    cancel exactly), and every leaf of the final tree gets its conjugate
+    draw. The tree's change in the residuals, ``old - new`` value by cell,
+    is applied with the next tree's pass.
     """
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
@@ -398,6 +400,16 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     cell_indices = kernels.cell_partitions(
         state.X, forest.leaf_indices, moves.var, moves.split, moves.remap_leaf, moves.remap_cell
     )
+
+    # this tree's current value on each slot: its leaf's, or for a cell its
+    # current leaf's (for all trees at once, outside the loop over trees)
+    used = moves.cells >= 0  # (m, 4)
+    at_cell = jnp.clip(moves.cells, 0, heap_size - 1)
+    cell_old = jnp.clip(moves.cell_old, 0, heap_size - 1)
+    old_at = jnp.where(moves.identity, forest.leaf_tree, 0.0)
+    old_at = old_at.at[jnp.arange(num_trees)[:, None], at_cell].add(
+        jnp.where(used, jnp.take_along_axis(forest.leaf_tree, cell_old, axis=1), 0.0)
+    )
     slot = jnp.arange(heap_size, dtype=jnp.int32)
 
     # the data axis in blocks, processed by independent kernels that XLA's
@@ -405,121 +417,120 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     n = state.resid.shape[0]
     bounds = _data_blocks(n)
     weights = [None if prec_weights is None else prec_weights[start:stop] for start, stop in bounds]
+    # counts as float sums are exact up to 2**24 points per bin
+    exact_float_counts = max(stop - start for start, stop in bounds) <= 2**24
 
-    def finish(resid, leaf_indices, cells, delta, final_leaf, j):
+    def finish(resid, leaf_indices, rows, delta, cell, cell_final, j):
         """Apply tree ``j``'s change to the residuals and to its leaf indices:
-        two lookups by cell, ``old - new`` leaf value and the final leaf."""
+        ``old - new`` value by slot, and the final leaf of the (at most
+        four) cells whose points change leaf."""
         out = []
-        for (start, _), block_resid, block_cells in zip(bounds, resid, cells, strict=True):
-            out.append(block_resid + _lookup(delta, block_cells))
-            idx = _lookup(final_leaf, block_cells)
-            leaf_indices = lax.dynamic_update_slice(leaf_indices, idx[None].astype(leaf_indices.dtype), (j, start))
+        for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
+            out.append(block_resid + _lookup(delta, row))
+            idx = row.astype(jnp.int32)
+            final = idx
+            for c in range(4):
+                final = jnp.where(idx == cell[c], cell_final[c], final)
+            leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None].astype(leaf_indices.dtype), (j, start))
         return tuple(out), leaf_indices
 
     def body(carry, tree):
         # The previous tree's change is applied here rather than at the end of
         # its own iteration: one pass over the data per tree.
-        resid, leaf_indices, prev_cells, prev_delta, prev_final = carry
-        j, old_values, count, prec, move, log_u, noise = tree
-        # (for the first tree, a no-op: zero delta, identity leaf table)
-        resid, leaf_indices = finish(resid, leaf_indices, prev_cells, prev_delta, prev_final, jnp.maximum(j - 1, 0))
+        resid, leaf_indices, prev_rows, prev_delta, prev_cell, prev_final = carry
+        j, old_at, move, log_u, noise = tree
+        # (for the first tree, a no-op: zero delta, no cell)
+        resid, leaf_indices = finish(
+            resid, leaf_indices, prev_rows, prev_delta, prev_cell, prev_final, jnp.maximum(j - 1, 0)
+        )
 
-        targets = move.cells
-        cell_rows = []
-        sums = 0.0
-        fresh_count = 0
-        fresh_prec = 0.0 if weighted else None
+        rows = []
+        stats = 0.0
+        counts = 0
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
             row = lax.dynamic_slice(leaf_indices, (j, start), (1, stop - start))[0]
-            cell_rows.append(row)
-            ri = row.astype(jnp.int32)
-            # one reduction per cell: XLA's CPU reduction of a (4, n) array along n is slow
-            hits = [ri == targets[a] for a in range(4)]
+            rows.append(row)
+            ones = jnp.ones_like(block_resid)
             if weighted:
-                sums = sums + _leaf_sums(row, block_resid * block_weights, heap_size)
-                fresh_prec = fresh_prec + jnp.stack([jnp.sum(jnp.where(h, block_weights, 0.0)) for h in hits])
+                columns = [block_resid * block_weights, block_weights]
             else:
-                sums = sums + _leaf_sums(row, block_resid, heap_size)
-            if stop - start <= 2**24:
-                # a float sum of 0/1 is exact up to 2**24 and faster than XLA's int reduction
-                counted = jnp.stack([jnp.sum(jnp.where(h, 1.0, 0.0)) for h in hits]).astype(jnp.int32)
+                columns = [block_resid]
+            if exact_float_counts:
+                columns.append(ones)
             else:
-                counted = jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
-            fresh_count = fresh_count + counted
-        sums, fresh_count, fresh_prec = _psum((sums, fresh_count, fresh_prec), data_axis)
-
-        # statistics of the changed cells: counted, or those of their leaf
-        used = targets >= 0
-        at = jnp.clip(targets, 0, heap_size - 1)
-        old_at = old_values[jnp.clip(move.cell_old, 0, heap_size - 1)]
-        cell_count = jnp.where(used, jnp.where(move.cell_fresh, fresh_count, count[at]), 0)
-        if weighted:
-            cell_prec = jnp.where(used, jnp.where(move.cell_fresh, fresh_prec, prec[at]), 0.0)
-            slot_prec = prec
+                counts = counts + _leaf_sums(row, ones.astype(jnp.int32), heap_size)
+            stats = stats + _leaf_sums(row, jnp.stack(columns, axis=1), heap_size)
+        stats, counts = _psum((stats, counts), data_axis)
+        if exact_float_counts:
+            counts = stats[:, -1]
         else:
-            cell_prec = cell_count.astype(jnp.float32)
-            slot_prec = count.astype(jnp.float32)
-        # the sums include this tree: add back its old value in each cell
-        # (constant there), times the cell's precision
-        cell_sum = jnp.where(used, sums[at] + cell_prec * old_at, 0.0)
-        ident = move.identity
-        id_sum = jnp.where(ident, sums + slot_prec * old_values, 0.0)
-        id_prec = jnp.where(ident, slot_prec, 0.0)
-        id_count = jnp.where(ident, count, 0)
+            stats = jnp.concatenate([stats, counts[:, None].astype(jnp.float32)], axis=1)
+        # stats: (H, 2 or 3) per slot: residual sum, [precision,] count; the
+        # residual sums include this tree: add back its old value on each
+        # slot (constant there), times the slot's precision
+        prec_sum = stats[:, 1]
+        per_slot = jnp.stack([stats[:, 0] + prec_sum * old_at, prec_sum, counts.astype(jnp.float32)], axis=1)
+
+        # per leaf of the current and of the proposed tree: untouched leaves
+        # are their own slot, the others sums of (at most four) cells
+        cell_stats = jnp.where(move.cells[:, None] >= 0, per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 3)
+        keep = jnp.where(move.identity[:, None], per_slot, 0.0)
 
         def leaf_stats(cell_leaf):
             to = slot[:, None] == cell_leaf[None, :]  # (H, 4)
-            return (
-                id_sum + jnp.sum(jnp.where(to, cell_sum, 0.0), axis=1),
-                id_prec + jnp.sum(jnp.where(to, cell_prec, 0.0), axis=1),
-                id_count + jnp.sum(jnp.where(to, cell_count, 0), axis=1),
-            )
+            return keep + jnp.sum(jnp.where(to[:, :, None], cell_stats[None], 0.0), axis=1)
 
-        old_sum, old_prec, old_count = leaf_stats(move.cell_old)
-        new_sum, new_prec, new_count = leaf_stats(move.cell_new)
+        old_stats = leaf_stats(move.cell_old)
+        new_stats = leaf_stats(move.cell_new)
+        if not exact_float_counts:
+            # float sums of counts above 2**24 round: add them as integers
+            int_counts = jnp.where(move.cells >= 0, counts[jnp.clip(move.cells, 0, heap_size - 1)], 0)
+            keep_counts = jnp.where(move.identity, counts, 0)
+            old_count = keep_counts + jnp.sum(jnp.where(slot[:, None] == move.cell_old, int_counts, 0), axis=1)
+            new_count = keep_counts + jnp.sum(jnp.where(slot[:, None] == move.cell_new, int_counts, 0), axis=1)
+
         # per slot, so that untouched leaves cancel exactly
-        marginals = _log_marginal(jnp.stack([new_sum, old_sum]), jnp.stack([new_prec, old_prec]), inv_sigma2, inv_tau2)
+        marginals = _log_marginal(
+            jnp.stack([new_stats[:, 0], old_stats[:, 0]]), jnp.stack([new_stats[:, 1], old_stats[:, 1]]), inv_sigma2, inv_tau2
+        )
         loglik = jnp.sum(jnp.where(move.new_leaf, marginals[0], 0.0) - jnp.where(move.leaf, marginals[1], 0.0))
         log_alpha = move.log_ratio_tree + loglik
-        big_enough = jnp.all(jnp.where(move.new_leaf & ~ident, new_count >= min_points, True))
+        big_enough = jnp.all(~move.new_leaf | move.identity | (new_stats[:, 2] >= min_points.astype(jnp.float32)))
         allowed = move.allowed & big_enough
         accept = allowed & (log_u < log_alpha)
 
         leaf = jnp.where(accept, move.new_leaf, move.leaf)
-        final_sum = jnp.where(accept, new_sum, old_sum)
-        final_prec = jnp.where(accept, new_prec, old_prec)
-        final_count = jnp.where(leaf, jnp.where(accept, new_count, old_count), 0)
-        post_prec = final_prec * inv_sigma2 + inv_tau2
-        post_mean = final_sum * inv_sigma2 / post_prec
+        final = jnp.where(accept, new_stats, old_stats)
+        post_prec = final[:, 1] * inv_sigma2 + inv_tau2
+        post_mean = final[:, 0] * inv_sigma2 / post_prec
         new_values = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
 
-        # per cell: old minus new value, and the final leaf
+        # per slot: old minus new value; the final leaf of the changed cells
         cell_final = jnp.where(accept, move.cell_new, move.cell_old)
-        cell_delta = old_at - new_values[jnp.clip(cell_final, 0, heap_size - 1)]
-        is_cell = slot[:, None] == targets[None, :]  # (H, 4)
-        delta = jnp.where(ident, old_values - new_values, 0.0) + jnp.sum(jnp.where(is_cell, cell_delta, 0.0), axis=1)
-        final_leaf = jnp.where(ident, slot, 0) + jnp.sum(jnp.where(is_cell, cell_final, 0), axis=1)
-        final_leaf = final_leaf.astype(jnp.uint8)
+        cell_value = jnp.where(move.cells >= 0, new_values[jnp.clip(cell_final, 0, heap_size - 1)], 0.0)
+        new_at = jnp.where(move.identity, new_values, 0.0) + jnp.sum(
+            jnp.where(slot[:, None] == move.cells[None, :], cell_value, 0.0), axis=1
+        )
+        delta = old_at - new_at
 
-        carry = (resid, leaf_indices, tuple(cell_rows), delta, final_leaf)
-        out_prec = jnp.where(leaf, final_prec, 0.0) if weighted else None
+        carry = (resid, leaf_indices, tuple(rows), delta, move.cells, cell_final)
+        if exact_float_counts:
+            final_count = final[:, 2].astype(jnp.int32)
+        else:
+            final_count = jnp.where(accept, new_count, old_count)
+        final_count = jnp.where(leaf, final_count, 0)
+        out_prec = jnp.where(leaf, final[:, 1], 0.0) if weighted else None
         return carry, (new_values, final_count, out_prec, accept, allowed)
 
-    xs = (
-        jnp.arange(num_trees),
-        forest.leaf_tree,
-        forest.leaf_count,
-        forest.leaf_prec,
-        moves,
-        log_u,
-        noise,
-    )
+    xs = (jnp.arange(num_trees), old_at, moves, log_u, noise)
+    no_cell = jnp.full(4, -1, jnp.int32)
     carry = (
         tuple(state.resid[start:stop] for start, stop in bounds),
         cell_indices,
         tuple(cell_indices[0, start:stop] for start, stop in bounds),
         jnp.zeros(heap_size, jnp.float32),
-        slot.astype(jnp.uint8),
+        no_cell,
+        no_cell,
     )
     carry, (leaf_tree, leaf_count, leaf_prec, accepted, allowed) = lax.scan(body, carry, xs)
     resid, leaf_indices = finish(*carry, num_trees - 1)
