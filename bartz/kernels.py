@@ -13,7 +13,6 @@ moves (`bartz.moves`) and of the sweep (`bartz.mcmcstep`):
 """
 
 import functools
-import os
 
 import jax
 from jax import lax
@@ -109,14 +108,17 @@ def _data_blocks(n):
     """Split ``range(n)`` into blocks that `_sweep_trees` processes with
     independent kernels, which XLA's CPU runtime overlaps (a scatter runs
     on one thread). One block below `_BLOCK_MIN_POINTS` points (kernel
-    overhead dominates) or off CPU; else 1 to 4 blocks per CPU core (at
-    most 8 in all, about 2**14 points or more each; measured on 2 cores:
-    a multiple of the core count works best), boundaries multiple of 128."""
+    overhead dominates) or off CPU; else about one block per 2**14 points,
+    an even number from 2 to 8, boundaries multiple of 128.
+
+    The blocks depend on n only, not on the number of CPU cores: the
+    per-block sums are added in a fixed order, so the draws (float
+    rounding included) are the same on any machine with the same n. (The
+    former rule, 1 to 4 blocks per core, gave the same blocks on 2 cores.)
+    """
     if n < _BLOCK_MIN_POINTS or jax.default_backend() != 'cpu':
         return [(0, n)]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
-    per_core = max(1, min(4, n // (cores * 2**14)))
-    blocks = min(8, cores * per_core)
+    blocks = min(8, n // 2**14) // 2 * 2
     bounds = [0] + [n * b // blocks // 128 * 128 for b in range(1, blocks)] + [n]
     return list(zip(bounds[:-1], bounds[1:]))
 
