@@ -420,10 +420,12 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # counts as float sums are exact up to 2**24 points per bin
     exact_float_counts = max(stop - start for start, stop in bounds) <= 2**24
 
-    def finish(resid, leaf_indices, rows, delta, cell, cell_final, j):
+    def finish(resid, leaf_indices, rows, delta, cell_map, j):
         """Apply tree ``j``'s change to the residuals and to its leaf indices:
         ``old - new`` value by slot, and the final leaf of the (at most
-        four) cells whose points change leaf."""
+        four) cells whose points change leaf (``cell_map``: the cells, -1
+        if unused, and their final leaves)."""
+        cell, cell_final = cell_map
         out = []
         for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
             out.append(block_resid + _lookup(delta, row))
@@ -437,12 +439,10 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     def body(carry, tree):
         # The previous tree's change is applied here rather than at the end of
         # its own iteration: one pass over the data per tree.
-        resid, leaf_indices, prev_rows, prev_delta, prev_cell, prev_final = carry
-        j, old_at, move, log_u, noise = tree
+        resid, leaf_indices, prev_rows, prev_delta, prev_cell_map = carry
+        j, old_at, in_tree, move, log_u, noise = tree
         # (for the first tree, a no-op: zero delta, no cell)
-        resid, leaf_indices = finish(
-            resid, leaf_indices, prev_rows, prev_delta, prev_cell, prev_final, jnp.maximum(j - 1, 0)
-        )
+        resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_delta, prev_cell_map, jnp.maximum(j - 1, 0))
 
         rows = []
         stats = 0.0
@@ -471,36 +471,31 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         prec_sum = stats[:, 1]
         per_slot = jnp.stack([stats[:, 0] + prec_sum * old_at, prec_sum, counts.astype(jnp.float32)], axis=1)
 
-        # per leaf of the current and of the proposed tree: untouched leaves
-        # are their own slot, the others sums of (at most four) cells
+        # per leaf of the current (row 0) and of the proposed tree (row 1):
+        # untouched leaves are their own slot, the others sums of (at most
+        # four) cells; both trees at once (at small n, every kernel counts)
         cell_stats = jnp.where(move.cells[:, None] >= 0, per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 3)
         keep = jnp.where(move.identity[:, None], per_slot, 0.0)
-
-        def leaf_stats(cell_leaf):
-            to = slot[:, None] == cell_leaf[None, :]  # (H, 4)
-            return keep + jnp.sum(jnp.where(to[:, :, None], cell_stats[None], 0.0), axis=1)
-
-        old_stats = leaf_stats(move.cell_old)
-        new_stats = leaf_stats(move.cell_new)
+        to = slot[None, :, None] == jnp.stack([move.cell_old, move.cell_new])[:, None, :]  # (2, H, 4)
+        both = keep + jnp.sum(jnp.where(to[..., None], cell_stats, 0.0), axis=2)  # (2, H, 3)
         if not exact_float_counts:
             # float sums of counts above 2**24 round: add them as integers
-            int_counts = jnp.where(move.cells >= 0, counts[jnp.clip(move.cells, 0, heap_size - 1)], 0)
-            keep_counts = jnp.where(move.identity, counts, 0)
-            old_count = keep_counts + jnp.sum(jnp.where(slot[:, None] == move.cell_old, int_counts, 0), axis=1)
-            new_count = keep_counts + jnp.sum(jnp.where(slot[:, None] == move.cell_new, int_counts, 0), axis=1)
+            cell_counts = jnp.where(move.cells >= 0, counts[jnp.clip(move.cells, 0, heap_size - 1)], 0)
+            both_counts = jnp.where(move.identity, counts, 0) + jnp.sum(jnp.where(to, cell_counts, 0), axis=2)
 
-        # per slot, so that untouched leaves cancel exactly
-        marginals = _log_marginal(
-            jnp.stack([new_stats[:, 0], old_stats[:, 0]]), jnp.stack([new_stats[:, 1], old_stats[:, 1]]), inv_sigma2, inv_tau2
-        )
-        loglik = jnp.sum(jnp.where(move.new_leaf, marginals[0], 0.0) - jnp.where(move.leaf, marginals[1], 0.0))
-        log_alpha = move.log_ratio_tree + loglik
-        big_enough = jnp.all(~move.new_leaf | move.identity | (new_stats[:, 2] >= min_points.astype(jnp.float32)))
-        allowed = move.allowed & big_enough
+        # the log likelihood ratio summed per slot, so that untouched leaves
+        # cancel exactly, and the leaves of the proposed tree with too few
+        # points, in one reduction
+        marginals = _log_marginal(both[..., 0], both[..., 1], inv_sigma2, inv_tau2)  # (2, H)
+        contrib = jnp.where(in_tree, marginals, 0.0)
+        too_small = move.new_leaf & ~move.identity & (both[1, :, 2] < min_points.astype(jnp.float32))
+        totals = jnp.sum(jnp.stack([contrib[1] - contrib[0], too_small.astype(jnp.float32)]), axis=1)
+        log_alpha = move.log_ratio_tree + totals[0]
+        allowed = move.allowed & (totals[1] == 0)
         accept = allowed & (log_u < log_alpha)
 
         leaf = jnp.where(accept, move.new_leaf, move.leaf)
-        final = jnp.where(accept, new_stats, old_stats)
+        final = jnp.where(accept, both[1], both[0])
         post_prec = final[:, 1] * inv_sigma2 + inv_tau2
         post_mean = final[:, 0] * inv_sigma2 / post_prec
         new_values = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
@@ -513,26 +508,30 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         )
         delta = old_at - new_at
 
-        carry = (resid, leaf_indices, tuple(rows), delta, move.cells, cell_final)
+        carry = (resid, leaf_indices, tuple(rows), delta, jnp.stack([move.cells, cell_final]))
+        # the outputs of the tree in two arrays (fewer writes per tree):
+        # values, counts (as floats if exact) and precisions; the flags
+        out = [new_values, jnp.where(leaf, final[:, 2], 0.0)] + ([jnp.where(leaf, final[:, 1], 0.0)] if weighted else [])
+        flags = jnp.stack([accept, allowed])
         if exact_float_counts:
-            final_count = final[:, 2].astype(jnp.int32)
-        else:
-            final_count = jnp.where(accept, new_count, old_count)
-        final_count = jnp.where(leaf, final_count, 0)
-        out_prec = jnp.where(leaf, final[:, 1], 0.0) if weighted else None
-        return carry, (new_values, final_count, out_prec, accept, allowed)
+            return carry, (jnp.stack(out, axis=1), flags, None)
+        final_count = jnp.where(leaf, jnp.where(accept, both_counts[1], both_counts[0]), 0)
+        return carry, (jnp.stack(out, axis=1), flags, final_count)
 
-    xs = (jnp.arange(num_trees), old_at, moves, log_u, noise)
-    no_cell = jnp.full(4, -1, jnp.int32)
+    in_tree = jnp.stack([moves.leaf, moves.new_leaf], axis=1)  # (m, 2, H): leaves of the current and proposed trees
+    xs = (jnp.arange(num_trees), old_at, in_tree, moves, log_u, noise)
     carry = (
         tuple(state.resid[start:stop] for start, stop in bounds),
         cell_indices,
         tuple(cell_indices[0, start:stop] for start, stop in bounds),
         jnp.zeros(heap_size, jnp.float32),
-        no_cell,
-        no_cell,
+        jnp.full((2, 4), -1, jnp.int32),
     )
-    carry, (leaf_tree, leaf_count, leaf_prec, accepted, allowed) = lax.scan(body, carry, xs)
+    carry, (outs, flags, int_count) = lax.scan(body, carry, xs)
+    leaf_tree = outs[:, :, 0]
+    leaf_count = outs[:, :, 1].astype(jnp.int32) if int_count is None else int_count
+    leaf_prec = outs[:, :, 2] if weighted else None
+    accepted, allowed = flags[:, 0], flags[:, 1]
     resid, leaf_indices = finish(*carry, num_trees - 1)
     resid = jnp.concatenate(resid)
 
