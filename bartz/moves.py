@@ -189,6 +189,35 @@ def _ancestor_tables(heap_size: int):
     return anc, valid, right
 
 
+def _on_ancestors(x, num_nodes):
+    """``x[anc[k, j]]`` (0 where ``j`` is not a proper ancestor level) for the
+    first `num_nodes` nodes, shape ``(num_nodes, L)``, from the per-node
+    ``x`` of shape ``(H/2,)``: made of slices and repeats (a node's ancestor
+    at level ``j`` is constant over blocks of its level), not a gather."""
+    half = x.shape[0]
+    levels = max(half.bit_length() - 1, 1)
+    zero = jnp.zeros((), x.dtype)
+    rows = [jnp.zeros((1, levels), x.dtype)]  # node 0
+    d = 0
+    while 2**d < num_nodes:
+        width = 2**d
+        cols = [jnp.repeat(x[2**j : 2 ** (j + 1)], 2 ** (d - j)) if j < d else jnp.broadcast_to(zero, (width,)) for j in range(levels)]
+        rows.append(jnp.stack(cols, axis=1))
+        d += 1
+    return jnp.concatenate(rows)[:num_nodes]
+
+
+def _down_the_tree(x):
+    """Sum of ``x`` over each node and its proper ancestors, shape ``(H,)``."""
+    heap_size = x.shape[0]
+    out = [x[:1], x[1:2]]
+    d = 1
+    while 2**d < heap_size:
+        out.append(x[2**d : 2 ** (d + 1)] + jnp.repeat(out[-1], 2))
+        d += 1
+    return jnp.concatenate(out)
+
+
 def num_exhausted(var_tree, split_tree, max_split, heap_size):
     """Number of predictors with no usable split index left at each node.
 
@@ -197,13 +226,13 @@ def num_exhausted(var_tree, split_tree, max_split, heap_size):
     parent's split variable can become exhausted at a child, so the count
     accumulates along the path: O(H * depth) per tree, independent of p.
     """
-    anc, valid, right = _ancestor_tables(heap_size)
+    _, valid, right = _ancestor_tables(heap_size)
     half = heap_size // 2
     var = var_tree.astype(jnp.int32)
     cut = split_tree.astype(jnp.int32)
     # range of each internal node's own split variable at that node
-    path_var = var[anc[:half]]  # (H/2, L)
-    path_cut = cut[anc[:half]]
+    path_var = _on_ancestors(var, half)  # (H/2, L)
+    path_cut = _on_ancestors(cut, half)
     same = (path_var == var[:, None]) & valid[:half]
     lo = jnp.max(jnp.where(same & right[:half], path_cut, 0), axis=1)
     hi = jnp.min(jnp.where(same & ~right[:half], path_cut - 1, max_split[var][:, None]), axis=1)
@@ -212,25 +241,53 @@ def num_exhausted(var_tree, split_tree, max_split, heap_size):
     left_exhausted = cut - 1 <= lo
     right_exhausted = hi <= cut
     newly = jnp.stack([left_exhausted, right_exhausted], axis=1).reshape(heap_size)  # node 2k + r
-    newly = newly.at[:2].set(False)  # nodes 0 and 1 have no parent split
-    on_path = jnp.where(valid, newly[anc], False)  # proper ancestors, the root contributes 0
-    return newly.astype(jnp.int32) + jnp.sum(on_path, axis=1, dtype=jnp.int32)
+    newly = newly & (jnp.arange(heap_size) > 1)  # nodes 0 and 1 have no parent split
+    return _down_the_tree(newly.astype(jnp.int32))
 
 
 def node_ranges(var_tree, split_tree, max_split, node):
     """Usable split indices ``lo + 1 .. hi`` of every predictor at `node`,
     given the rules of its ancestors: two ``(p,)`` int32 arrays."""
-    heap_size = 2 * split_tree.shape[0]
+    path_var, path_cut, path_right, path_valid = _path(var_tree, split_tree, node, _depth(node))
+    return _ranges(path_var, path_cut, path_right, path_valid, max_split)
+
+
+def _depth(node):
+    """Level of `node` in the heap (0 for nodes 0 and 1)."""
+    return 31 - jax.lax.clz(jnp.maximum(node, 1).astype(jnp.int32))
+
+
+def _path(var_tree, split_tree, node, depth):
+    """Rules on the path to `node` (at `depth`): ``(L,)`` arrays of the
+    variable and split index of its ancestor at each level (the node itself
+    at level `depth`), whether the path turns right there, and whether the
+    level is a proper ancestor's."""
+    half = split_tree.shape[0]
+    levels = max(half.bit_length() - 1, 1)
+    level = jnp.arange(levels, dtype=jnp.int32)
+    up = depth - level
+    anc = jnp.where(up >= 0, node >> jnp.maximum(up, 0), -1)
+    right = ((node >> jnp.maximum(up - 1, 0)) & 1).astype(bool)
+    # a masked sum over the slots, cheaper than a gather under vmap
+    on = anc[:, None] == jnp.arange(half, dtype=jnp.int32)
+    path_var = jnp.sum(jnp.where(on, var_tree.astype(jnp.int32), 0), axis=1)
+    path_cut = jnp.sum(jnp.where(on, split_tree.astype(jnp.int32), 0), axis=1)
+    return path_var, path_cut, right, up > 0
+
+
+def _ranges(path_var, path_cut, path_right, path_valid, max_split):
     p = max_split.shape[0]
-    anc, valid, right = _ancestor_tables(heap_size)
-    path_var = var_tree.astype(jnp.int32)[jnp.asarray(anc)[node]]  # (L,)
-    path_cut = split_tree.astype(jnp.int32)[jnp.asarray(anc)[node]]
-    path_valid = jnp.asarray(valid)[node]
-    path_right = jnp.asarray(right)[node]
     on_var = (path_var[None, :] == jnp.arange(p)[:, None]) & path_valid[None, :]  # (p, L)
     lo = jnp.max(jnp.where(on_var & path_right, path_cut, 0), axis=1)
     hi = jnp.min(jnp.where(on_var & ~path_right, path_cut - 1, max_split[:, None]), axis=1)
     return lo, hi
+
+
+def _take(table, index):
+    """``table[index]`` for a small table and scalar or small `index`, as a
+    masked sum (a gather costs more under vmap)."""
+    on = jnp.asarray(index)[..., None] == jnp.arange(table.shape[0])
+    return jnp.sum(jnp.where(on, table, jnp.zeros((), table.dtype)), axis=-1)
 
 
 def log_rule_prior(lo, hi, log_s, var, split):
@@ -238,33 +295,61 @@ def log_rule_prior(lo, hi, log_s, var, split):
     usable ranges ``lo, hi``: the variable's split probability among the
     usable predictors, times 1 / (number of its usable split indices); -inf
     if the split index is not usable there."""
-    usable = hi > lo
-    log_norm = jax.scipy.special.logsumexp(jnp.where(usable, log_s, -jnp.inf))
-    width = (hi[var] - lo[var]).astype(jnp.float32)
-    ok = (lo[var] < split) & (split <= hi[var]) & jnp.isfinite(log_s[var])
-    value = log_s[var] - log_norm - jnp.log(jnp.where(ok, width, 1.0))
+    log_norm = jax.scipy.special.logsumexp(jnp.where(hi > lo, log_s, -jnp.inf))
+    return _rule_log_prior(lo[var], hi[var], log_s[var], log_norm, split)
+
+
+def _rule_log_prior(lo_var, hi_var, log_s_var, log_norm, split):
+    """`log_rule_prior` from the variable's range and log split probability
+    and the log normaliser of the split probabilities at the node."""
+    ok = (lo_var < split) & (split <= hi_var) & jnp.isfinite(log_s_var)
+    width = (hi_var - lo_var).astype(jnp.float32)
+    value = log_s_var - log_norm - jnp.log(jnp.where(ok, width, 1.0))
     return jnp.where(ok, value, -jnp.inf)
+
+
+def _logsumexp_masked(log_s, masks):
+    """``logsumexp(where(mask, log_s, -inf))`` for each row of `masks`
+    ``(r, p)``, computed as `jax.scipy.special.logsumexp` does."""
+    a = jnp.where(masks, log_s, -jnp.inf)
+    amax = jnp.max(a, axis=1)
+    amax = jnp.where(jnp.isfinite(amax), amax, 0.0)
+    return jnp.log(jnp.sum(jnp.exp(a - amax[:, None]), axis=1)) + amax
 
 
 class _Summary(NamedTuple):
     leaf: jax.Array  # (H,) bool
     nog: jax.Array  # (H,) bool: internal nodes whose children are leaves
     swappable: jax.Array  # (H,) bool: such nodes (not the root) with a leaf sibling
+    exhausted: jax.Array  # (H,) int32: `num_exhausted`
     p_split: jax.Array  # (H,) float32: prior probability that the node is internal
     growable: jax.Array  # (H,) bool
     counts: jax.Array  # (4,) int32: eligible nodes of each kind
     log_probs: jax.Array  # (4,) float32: log probability of each kind
 
 
+def _log_probs(counts, move_probs):
+    """Log probability of each kind of move given the eligible counts."""
+    weight = jnp.where(counts > 0, move_probs, 0.0)
+    total = jnp.sum(weight)
+    return jnp.log(weight) - jnp.log(jnp.where(total > 0, total, 1.0))
+
+
 def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs) -> _Summary:
     half = split_tree.shape[0]
     heap_size = 2 * half
-    depth_of = jnp.asarray(grove.node_depths(heap_size))
+    depth_of = grove.node_depths(heap_size)
     slot = jnp.arange(heap_size)
-    leaf = grove.is_leaf(split_tree)
-    nog = jnp.concatenate([grove.is_nog(split_tree), jnp.zeros(half, bool)])
-    swappable = nog & (slot > 1) & leaf[slot ^ 1]
-    n_avail = jnp.sum(max_split > 0) - num_exhausted(var_tree, split_tree, max_split, heap_size)
+    internal = split_tree != 0
+    no = jnp.zeros(half, bool)
+    exists = jnp.repeat(internal, 2) | (slot == 1)  # the parent of k is k >> 1
+    leaf = exists & ~jnp.concatenate([internal, no])
+    children = leaf.reshape(half, 2)
+    nog = jnp.concatenate([internal & children[:, 0] & children[:, 1], no])
+    sibling_leaf = children[:, ::-1].reshape(heap_size)
+    swappable = nog & (slot > 1) & sibling_leaf
+    exhausted = num_exhausted(var_tree, split_tree, max_split, heap_size)
+    n_avail = jnp.sum(max_split > 0) - exhausted
     p_split = jnp.where(n_avail > 0, p_nonterminal[depth_of], 0.0)
     growable = leaf & (p_split > 0)
     num_nog = jnp.sum(nog, dtype=jnp.int32)
@@ -276,18 +361,47 @@ def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs) -> _Sum
             jnp.sum(swappable, dtype=jnp.int32),
         ]
     )
-    weight = jnp.where(counts > 0, move_probs, 0.0)
-    total = jnp.sum(weight)
-    log_probs = jnp.log(weight) - jnp.log(jnp.where(total > 0, total, 1.0))
-    return _Summary(leaf, nog, swappable, p_split, growable, counts, log_probs)
+    return _Summary(leaf, nog, swappable, exhausted, p_split, growable, counts, _log_probs(counts, move_probs))
 
 
 def _choose(mask, u):
     """Index of a uniformly chosen True entry of `mask` (0 if none), from one
-    uniform ``u`` in (0, 1): the ``floor(u * count)``-th True entry."""
+    uniform ``u`` in (0, 1): the ``floor(u * count)``-th True entry.
+
+    The mask is packed into 32-bit words and the entry found by bisection
+    on population counts (a cumulative sum is slow on CPU)."""
+    size = mask.shape[0]
     count = jnp.sum(mask, dtype=jnp.int32)
-    k = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
-    return jnp.argmax(jnp.cumsum(mask, dtype=jnp.int32) > k)
+    rank = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
+    bits = min(size, 32)
+    words = jnp.sum(
+        mask.reshape(-1, bits).astype(jnp.uint32) << jnp.arange(bits, dtype=jnp.uint32), axis=1, dtype=jnp.uint32
+    )
+    # the word of the entry, and its rank in it
+    counts = jax.lax.population_count(words).astype(jnp.int32)
+    word, base, r = words[0], jnp.int32(0), rank
+    before = counts[0]
+    for i in range(1, words.shape[0]):
+        later = rank >= before
+        word = jnp.where(later, words[i], word)
+        base = jnp.where(later, 32 * i, base)
+        r = jnp.where(later, rank - before, r)
+        before = before + counts[i]
+    pos = jnp.int32(0)
+    width = bits
+    while width > 1:
+        width //= 2
+        low = jax.lax.population_count(word & jnp.uint32((1 << width) - 1)).astype(jnp.int32)
+        up = r >= low
+        r = jnp.where(up, r - low, r)
+        word = jnp.where(up, word >> width, word)
+        pos = jnp.where(up, pos + width, pos)
+    return jnp.where(count > 0, base + pos, 0)
+
+
+def _first(mask):
+    """``argmax(mask)``: the first True entry, 0 if none."""
+    return jnp.argmax(mask)
 
 
 def _choose_weighted(weight, u):
@@ -295,6 +409,21 @@ def _choose_weighted(weight, u):
     `weight` (0 if all zero), from one uniform ``u`` in (0, 1)."""
     cum = jnp.cumsum(weight)
     return jnp.argmax(cum > u * cum[-1])
+
+
+def _cumsum4(w):
+    """``jnp.cumsum`` of 4 entries, left to right."""
+    s1 = w[0] + w[1]
+    s2 = s1 + w[2]
+    return jnp.stack([w[0], s1, s2, s2 + w[3]])
+
+
+def _pick(kind, values):
+    """``values[kind]`` for a list of 4 arrays of the same shape, as selects."""
+    out = values[3]
+    for i in (2, 1, 0):
+        out = jnp.where(kind == i, values[i], out)
+    return out
 
 
 def _sum_terms(move, terms):
@@ -314,7 +443,16 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     var_tree, split_tree
         The tree, shape ``(H/2,)``.
     max_split, log_s, p_nonterminal, move_probs
-        As in `bartz.mcmcstep.State`.
+        As in `bartz.mcmcstep.State` (the last entry of `p_nonterminal`, the
+        bottom level, is 0).
+
+    Notes
+    -----
+    Only the subtree of the node a move touches changes, so the proposed
+    tree is not summarised again: its eligible counts and split
+    probabilities follow from those of the current tree at the node, its
+    children, sibling and parent (`_summary` of the proposed tree gives the
+    same, and ``tests/test_moves_fast.py`` checks it).
     """
     half = split_tree.shape[0]
     heap_size = 2 * half
@@ -322,150 +460,291 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     u_move, u_split, u_node, u_var = u
     now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs)
     possible = jnp.any(now.counts > 0)
-    kind = _choose_weighted(jnp.exp(now.log_probs), u_move).astype(jnp.int32)
+    cum = _cumsum4(jnp.exp(now.log_probs))
+    kind = _first(cum > u_move * cum[3]).astype(jnp.int32)
+    is_swap = kind == SWAP
 
     # the node: a growable leaf, a node whose children are leaves, or for
     # SWAP the child c of the pair (k, c)
-    eligible = jnp.stack([now.growable, now.nog, now.nog, now.swappable])[kind]
+    eligible = jnp.where(kind == GROW, now.growable, jnp.where(is_swap, now.swappable, now.nog))
     chosen = _choose(eligible, u_node).astype(jnp.int32)
-    k = jnp.where(kind == SWAP, chosen >> 1, chosen)
-    k_int = jnp.minimum(k, half - 1)  # in the internal arrays (a growable leaf is above the bottom)
+    k = jnp.where(is_swap, chosen >> 1, chosen)
     c = jnp.minimum(chosen, half - 1)
+    left, right = jnp.minimum(2 * k, heap_size - 2), jnp.minimum(2 * k + 1, heap_size - 1)
+
+    # the current tree around the chosen node n: n, its children, sibling,
+    # parent and parent's sibling (for SWAP: c, its leaves, the leaf
+    # sibling, k)
+    n = chosen
+    near = jnp.minimum(jnp.stack([n, 2 * n, 2 * n + 1, n ^ 1, n >> 1, (n >> 1) ^ 1]), heap_size - 1)
+    code = (
+        now.leaf.astype(jnp.int32)
+        | (now.nog.astype(jnp.int32) << 1)
+        | (now.swappable.astype(jnp.int32) << 2)
+        | (now.growable.astype(jnp.int32) << 3)
+        | (now.exhausted << 4)
+    )
+    near_code = _take(code, near)
+    near_leaf = (near_code & 1).astype(bool)
+    near_nog = ((near_code >> 1) & 1).astype(bool)
+    near_swappable = ((near_code >> 2) & 1).astype(bool)
+    near_growable = ((near_code >> 3) & 1).astype(jnp.int32)
+    near_exhausted = near_code >> 4
+    n_root = jnp.sum(max_split > 0)
+    depth_n = _depth(n)
+
+    def p_split_at(exhausted, depth):
+        return jnp.where(n_root - exhausted > 0, _take(p_nonterminal, depth), 0.0)
+
+    near_depth = jnp.stack([depth_n, depth_n + 1, depth_n + 1, depth_n, depth_n - 1, depth_n - 1])
+    near_p_split = p_split_at(near_exhausted, jnp.maximum(near_depth, 0))
+
+    # the rules on the path to n; k is n or its parent
+    depth_k = jnp.where(is_swap, depth_n - 1, depth_n)
+    path_var, path_cut, path_right, _ = _path(var_tree, split_tree, n, depth_n)
+    levels = path_var.shape[0]
+    level = jnp.arange(levels)
+    lo_k, hi_k = _ranges(path_var, path_cut, path_right, level < depth_k, max_split)
 
     # a new rule at k from the prior (GROW, CHANGE)
-    lo_k, hi_k = node_ranges(var_tree, split_tree, max_split, k)
     usable = hi_k > lo_k
     shift = jnp.max(jnp.where(usable, log_s, -jnp.inf))
     var_weight = jnp.where(usable, jnp.exp(log_s - jnp.where(jnp.isfinite(shift), shift, 0.0)), 0.0)
     var = _choose_weighted(var_weight, u_var).astype(jnp.int32)
-    split = lo_k[var] + 1 + jnp.floor(u_split * (hi_k[var] - lo_k[var])).astype(jnp.int32)
-    split = jnp.minimum(split, hi_k[var])
 
     # SWAP: A = rule at k, B = rule at c
-    var_a, split_a = var_tree[k_int].astype(jnp.int32), split_tree[k_int].astype(jnp.int32)
-    var_b, split_b = var_tree[c].astype(jnp.int32), split_tree[c].astype(jnp.int32)
+    var_a = _take(path_var, jnp.maximum(depth_n - 1, 0))
+    split_a = _take(path_cut, jnp.maximum(depth_n - 1, 0))
+    var_b = _take(path_var, depth_n)
+    split_b = _take(path_cut, depth_n)
+    vars3 = jnp.stack([var, var_a, var_b])
+    lo3, hi3, log_s3 = _take(lo_k, vars3), _take(hi_k, vars3), _take(log_s, vars3)
+    lo_v, lo_a, lo_b = lo3[0], lo3[1], lo3[2]
+    hi_v, hi_a, hi_b = hi3[0], hi3[1], hi3[2]
+    log_s_a, log_s_b = log_s3[1], log_s3[2]
+    split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
+    split = jnp.minimum(split, hi_v)
 
-    def pick(values):
-        return jnp.stack(values)[kind]
+    def exhausts(split, lo, hi, to_right):
+        """Whether the rule leaves no split index in the child on that side."""
+        return jnp.where(to_right, hi <= split, split - 1 <= lo).astype(jnp.int32)
 
-    zero2 = jnp.zeros(2, jnp.int32)
-    set_node = pick([jnp.stack([k, k]), jnp.stack([k, k]), jnp.stack([k, k]), jnp.stack([k, c])])
-    set_var = pick([jnp.stack([var, var]), zero2, jnp.stack([var, var]), jnp.stack([var_b, var_a])])
-    set_split = pick([jnp.stack([split, split]), zero2, jnp.stack([split, split]), jnp.stack([split_b, split_a])])
-    set_node = jnp.where(possible, set_node, 0)
-    set_var = jnp.where(possible, set_var, 0)
-    set_split = jnp.where(possible, set_split, 0)
-    new_var_tree = var_tree.at[set_node].set(set_var.astype(var_tree.dtype))
-    new_split_tree = split_tree.at[set_node].set(set_split.astype(split_tree.dtype))
-    new = _summary(new_var_tree, new_split_tree, max_split, p_nonterminal, move_probs)
+    # counts and split probabilities in the proposed tree
+    exhausted_k = jnp.where(is_swap, near_exhausted[4], near_exhausted[0])
+    # GROW, CHANGE: the new rule at k, whose children are leaves
+    p_split_children_new = p_split_at(
+        exhausted_k + jnp.stack([exhausts(split, lo_v, hi_v, False), exhausts(split, lo_v, hi_v, True)]), depth_n + 1
+    )
+    p_split_k = near_p_split[0]
+    p_split_children = near_p_split[1:3]
+    # SWAP: rule B at k, rule A at c; c's range of var_a is k's narrowed by B
+    dc = (c & 1).astype(bool)
+    exhausted_c_new = exhausted_k + exhausts(split_b, lo_b, hi_b, dc)
+    exhausted_sib_new = exhausted_k + exhausts(split_b, lo_b, hi_b, ~dc)
+    same = var_a == var_b
+    lo_a_c_new = jnp.where(same & dc, jnp.maximum(lo_a, split_b), lo_a)
+    hi_a_c_new = jnp.where(same & ~dc, jnp.minimum(hi_a, split_b - 1), hi_a)
+    lo_b_c = jnp.where(same & dc, jnp.maximum(lo_b, split_a), lo_b)
+    hi_b_c = jnp.where(same & ~dc, jnp.minimum(hi_b, split_a - 1), hi_b)
+    p_split_swap_new = p_split_at(
+        jnp.stack(
+            [
+                exhausted_c_new,
+                exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, False),
+                exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, True),
+                exhausted_sib_new,
+            ]
+        ),
+        jnp.stack([depth_n, depth_n + 1, depth_n + 1, depth_n]),
+    )
+    # the proposed tree's counts (growable, nog, change, swappable)
+    g_now, nog_now, change_now, swap_now = now.counts
+    growable_new_children = jnp.sum(p_split_children_new > 0, dtype=jnp.int32)
+    sibling_leaf = (n > 1) & near_leaf[3]
+    parent_swappable_after_prune = sibling_leaf & (n >> 1 > 1) & near_leaf[5]
+    nog_after_grow = nog_now + 1 - sibling_leaf.astype(jnp.int32)
+    nog_after_prune = nog_now - 1 + sibling_leaf.astype(jnp.int32)
+    small = heap_size <= 4
+    counts_new = _pick(
+        kind,
+        [
+            jnp.stack(
+                [
+                    g_now - near_growable[0] + growable_new_children,
+                    nog_after_grow,
+                    jnp.int32(0) if small else nog_after_grow,
+                    swap_now
+                    + sibling_leaf.astype(jnp.int32)
+                    - near_swappable[4].astype(jnp.int32)
+                    - near_swappable[3].astype(jnp.int32),
+                ]
+            ),
+            jnp.stack(
+                [
+                    g_now - near_growable[1] - near_growable[2] + (p_split_k > 0).astype(jnp.int32),
+                    nog_after_prune,
+                    jnp.int32(0) if small else nog_after_prune,
+                    swap_now
+                    - near_swappable[0].astype(jnp.int32)
+                    + near_nog[3].astype(jnp.int32)
+                    + parent_swappable_after_prune.astype(jnp.int32),
+                ]
+            ),
+            jnp.stack([g_now - near_growable[1] - near_growable[2] + growable_new_children, nog_now, change_now, swap_now]),
+            jnp.stack(
+                [
+                    g_now
+                    - near_growable[1]
+                    - near_growable[2]
+                    - near_growable[3]
+                    + jnp.sum(p_split_swap_new[1:] > 0, dtype=jnp.int32),
+                    nog_now,
+                    change_now,
+                    swap_now,
+                ]
+            ),
+        ],
+    )
+    log_probs_new = _log_probs(counts_new, move_probs)
 
     # the log ratio of each kind, as named terms
-    left, right = jnp.minimum(2 * k, heap_size - 2), jnp.minimum(2 * k + 1, heap_size - 1)
     log = jnp.log
     grow_terms = {
-        'move': new.log_probs[PRUNE] - now.log_probs[GROW],
-        'node': log(now.counts[GROW].astype(jnp.float32)) - log(new.counts[PRUNE].astype(jnp.float32)),
-        'split': log(now.p_split[k]) - jnp.log1p(-now.p_split[k]),
-        'children': jnp.log1p(-new.p_split[left]) + jnp.log1p(-new.p_split[right]),
+        'move': log_probs_new[PRUNE] - now.log_probs[GROW],
+        'node': log(g_now.astype(jnp.float32)) - log(counts_new[PRUNE].astype(jnp.float32)),
+        'split': log(p_split_k) - jnp.log1p(-p_split_k),
+        'children': jnp.log1p(-p_split_children_new[0]) + jnp.log1p(-p_split_children_new[1]),
     }
     prune_terms = {
-        'move': new.log_probs[GROW] - now.log_probs[PRUNE],
-        'node': log(now.counts[PRUNE].astype(jnp.float32)) - log(new.counts[GROW].astype(jnp.float32)),
-        'split': jnp.log1p(-new.p_split[k]) - log(new.p_split[k]),
-        'children': -jnp.log1p(-now.p_split[left]) - jnp.log1p(-now.p_split[right]),
+        'move': log_probs_new[GROW] - now.log_probs[PRUNE],
+        'node': log(nog_now.astype(jnp.float32)) - log(counts_new[GROW].astype(jnp.float32)),
+        'split': jnp.log1p(-p_split_k) - log(p_split_k),
+        'children': -jnp.log1p(-p_split_children[0]) - jnp.log1p(-p_split_children[1]),
     }
     # CHANGE: the rule's proposal is its prior, so they cancel
     change_terms = {
-        'move': new.log_probs[CHANGE] - now.log_probs[CHANGE],
+        'move': log_probs_new[CHANGE] - now.log_probs[CHANGE],
         'children': (
-            jnp.log1p(-new.p_split[left])
-            + jnp.log1p(-new.p_split[right])
-            - jnp.log1p(-now.p_split[left])
-            - jnp.log1p(-now.p_split[right])
+            jnp.log1p(-p_split_children_new[0])
+            + jnp.log1p(-p_split_children_new[1])
+            - jnp.log1p(-p_split_children[0])
+            - jnp.log1p(-p_split_children[1])
         ),
     }
-    # SWAP: the pair is chosen uniformly among the same pairs both ways
-    lo_c, hi_c = node_ranges(var_tree, split_tree, max_split, c)
-    lo_c_new, hi_c_new = node_ranges(new_var_tree, new_split_tree, max_split, c)
-    grandchildren = jnp.minimum(jnp.stack([2 * c, 2 * c + 1, c ^ 1]), heap_size - 1)
+    # SWAP: the pair is chosen uniformly among the same pairs both ways. The
+    # usable predictors at c differ from those at k at most in the variable
+    # of k's rule
+    p = max_split.shape[0]
+    on_a = jnp.arange(p) == var_a
+    on_b = jnp.arange(p) == var_b
+    masks = jnp.stack(
+        [
+            usable,
+            usable & ~(on_a & exhausts(split_a, lo_a, hi_a, dc).astype(bool)),
+            usable & ~(on_b & exhausts(split_b, lo_b, hi_b, dc).astype(bool)),
+        ]
+    )
+    log_norm_k, log_norm_c, log_norm_c_new = _logsumexp_masked(log_s, masks)
+    grandchildren_new = p_split_swap_new[jnp.array([1, 2, 3])]
+    grandchildren_now = near_p_split[jnp.array([1, 2, 3])]
     swap_terms = {
-        'move': new.log_probs[SWAP] - now.log_probs[SWAP],
-        'rule_parent': log_rule_prior(lo_k, hi_k, log_s, var_b, split_b)
-        - log_rule_prior(lo_k, hi_k, log_s, var_a, split_a),
-        'rule_child': log_rule_prior(lo_c_new, hi_c_new, log_s, var_a, split_a)
-        - log_rule_prior(lo_c, hi_c, log_s, var_b, split_b),
-        'split_child': log(new.p_split[c]) - log(now.p_split[c]),
-        'leaves': jnp.sum(jnp.log1p(-new.p_split[grandchildren]) - jnp.log1p(-now.p_split[grandchildren])),
+        'move': log_probs_new[SWAP] - now.log_probs[SWAP],
+        'rule_parent': _rule_log_prior(lo_b, hi_b, log_s_b, log_norm_k, split_b)
+        - _rule_log_prior(lo_a, hi_a, log_s_a, log_norm_k, split_a),
+        'rule_child': _rule_log_prior(lo_a_c_new, hi_a_c_new, log_s_a, log_norm_c_new, split_a)
+        - _rule_log_prior(lo_b_c, hi_b_c, log_s_b, log_norm_c, split_b),
+        'split_child': log(p_split_swap_new[0]) - log(near_p_split[0]),
+        'leaves': jnp.sum(jnp.log1p(-grandchildren_new) - jnp.log1p(-grandchildren_now)),
     }
-    log_ratio = pick(
+    log_ratio = _pick(
+        kind,
         [
             _sum_terms('grow', grow_terms),
             _sum_terms('prune', prune_terms),
             _sum_terms('change', change_terms),
             _sum_terms('swap', swap_terms),
-        ]
+        ],
     )
 
     # the cells
     extra = jnp.where(k > 1, k >> 1, 4)  # CHANGE: a slot with no points (k's parent, or a child of leaf 2)
-    dc = c & 1
     sib = c ^ 1
     keep = 2 * c + dc  # SWAP: leaf of c that stays
     moved = 2 * c + 1 - dc  # SWAP: leaf of c whose points go to c's sibling
-    col0, col1 = slot, slot
-    grow_of = (jnp.where(slot == k, left, col0), jnp.where(slot == k, right, col1))
-    change_of = (
-        jnp.where(slot == right, extra, col0),
-        jnp.where(slot == left, k, col1),
+    col0 = _pick(
+        kind,
+        [
+            jnp.where(slot == k, left, slot),
+            slot,
+            jnp.where(slot == right, extra, slot),
+            jnp.where((slot == sib) & ~dc, k, slot),
+        ],
     )
-    swap_of = (
-        jnp.where((slot == sib) & (dc == 0), k, col0),
-        jnp.where((slot == sib) & (dc == 1), k, col1),
+    col1 = _pick(
+        kind,
+        [
+            jnp.where(slot == k, right, slot),
+            slot,
+            jnp.where(slot == left, k, slot),
+            jnp.where((slot == sib) & dc, k, slot),
+        ],
     )
-    col0 = pick([grow_of[0], col0, change_of[0], swap_of[0]])
-    col1 = pick([grow_of[1], col1, change_of[1], swap_of[1]])
     col0 = jnp.where(possible, col0, slot)
     col1 = jnp.where(possible, col1, slot)
     cell_of = jnp.stack([col0, col1], axis=1).astype(jnp.uint8)
-    rows = pick(
+
+    def pair(a, b):
+        return jnp.stack([jnp.asarray(a, jnp.int32), jnp.asarray(b, jnp.int32)])
+
+    no = jnp.int32(-1)
+    rows = _pick(kind, [pair(k, no), pair(no, no), pair(left, right), pair(sib, no)])
+    rows = jnp.where(possible, rows, no)
+    # the rows of cell_of at `rows` (row 0 where unused), from the moves'
+    # definitions above
+    zero = jnp.int32(0)
+    remap_cell = _pick(
+        kind,
         [
-            jnp.stack([k, jnp.int32(-1)]),
-            jnp.full(2, -1, jnp.int32),
-            jnp.stack([left, right]),
-            jnp.stack([sib, jnp.int32(-1)]),
-        ]
+            jnp.stack([pair(left, right), pair(zero, zero)]),
+            jnp.zeros((2, 2), jnp.int32),
+            jnp.stack([pair(left, k), pair(extra, right)]),
+            jnp.stack([pair(jnp.where(dc, sib, k), jnp.where(dc, k, sib)), pair(zero, zero)]),
+        ],
     )
-    rows = jnp.where(possible, rows, -1)
-    remap_cell = cell_of[jnp.clip(rows, 0, heap_size - 1)].astype(jnp.int32)
+    remap_cell = jnp.where(possible, remap_cell, 0).astype(jnp.uint8).astype(jnp.int32)
 
     def quad(*values):
         return jnp.stack([jnp.asarray(v, jnp.int32) for v in values])
 
-    no = -1
-    cells = pick([quad(left, right, no, no), quad(left, right, no, no), quad(left, right, k, extra), quad(keep, moved, sib, k)])
-    cell_old = pick([quad(k, k, no, no), quad(left, right, no, no), quad(left, right, left, right), quad(keep, moved, sib, sib)])
-    cell_new = pick(
-        [quad(left, right, no, no), quad(k, k, no, no), quad(left, right, right, left), quad(keep, sib, sib, moved)]
+    cells = _pick(kind, [quad(left, right, no, no), quad(left, right, no, no), quad(left, right, k, extra), quad(keep, moved, sib, k)])
+    cell_old = _pick(
+        kind, [quad(k, k, no, no), quad(left, right, no, no), quad(left, right, left, right), quad(keep, moved, sib, sib)]
     )
-    t, f = True, False
-    cell_fresh = jnp.stack(
-        [jnp.array([t, t, t, t]), jnp.array([f, f, t, t]), jnp.array([t, t, t, t]), jnp.array([f, f, t, t])]
-    )[kind]
+    cell_new = _pick(
+        kind, [quad(left, right, no, no), quad(k, k, no, no), quad(left, right, right, left), quad(keep, sib, sib, moved)]
+    )
+    cell_fresh = (jnp.arange(4) >= 2) | (kind == GROW) | (kind == CHANGE)
     cells = jnp.where(possible, cells, no)
     cell_old = jnp.where(possible, cell_old, no)
     cell_new = jnp.where(possible, cell_new, no)
     touched = jnp.any(slot[:, None] == cell_old[None, :], axis=1)
     identity = now.leaf & ~touched
+    is_k = slot == k
+    is_child = (slot == left) | (slot == right)
+    new_leaf = _pick(kind, [(now.leaf & ~is_k) | is_child, (now.leaf & ~is_child) | is_k, now.leaf, now.leaf])
 
+    set_node = _pick(kind, [pair(k, k), pair(k, k), pair(k, k), pair(k, c)])
+    set_var = _pick(kind, [pair(var, var), pair(zero, zero), pair(var, var), pair(var_b, var_a)])
+    set_split = _pick(kind, [pair(split, split), pair(zero, zero), pair(split, split), pair(split_b, split_a)])
     return Moves(
         allowed=possible,
         kind=kind,
         node=jnp.where(possible, k, 1).astype(jnp.int32),
-        var=pick([var, var, var, var_b]),
-        split=pick([split, split, split, split_b]),
+        var=jnp.where(is_swap, var_b, var),
+        split=jnp.where(is_swap, split_b, split),
         log_ratio_tree=log_ratio.astype(jnp.float32),
         cell_of=cell_of,
-        remap_leaf=rows.astype(jnp.int32),
+        remap_leaf=rows,
         remap_cell=remap_cell,
         cells=cells,
         cell_old=cell_old,
@@ -473,8 +752,8 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
         cell_fresh=cell_fresh,
         identity=identity,
         leaf=now.leaf,
-        new_leaf=jnp.where(possible, new.leaf, now.leaf),
-        set_node=set_node,
-        set_var=set_var,
-        set_split=set_split,
+        new_leaf=jnp.where(possible, new_leaf, now.leaf),
+        set_node=jnp.where(possible, set_node, 0),
+        set_var=jnp.where(possible, set_var, 0),
+        set_split=jnp.where(possible, set_split, 0),
     )
