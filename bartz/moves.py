@@ -189,19 +189,52 @@ def _ancestor_tables(heap_size: int):
     return anc, valid, right
 
 
+# A note on speed. `propose_tree` runs under a vmap over the trees, on arrays
+# of a few dozen entries per tree, so on CPU its cost is the number of XLA
+# kernels, not arithmetic: every reduction (or argmax, cumsum, gather) is a
+# kernel, while element-wise code fuses. So reductions over the few levels of
+# a path, the 4 kinds or the blocks of a cumulative sum are written out as
+# element-wise code, boolean masks over the heap are packed into 32-bit words
+# (counts are population counts, lookups are shifts), and the proposed tree
+# is not summarised again: a move changes the summary only around its node.
+
+
+def _computed(one, *values):
+    """`values`, each computed once: XLA fuses cheap element-wise code into
+    every kernel that uses it, so a long chain of scalar operations used by
+    many kernels is recomputed in each. A division is expensive in XLA's
+    fusion rules, so dividing by `one`, a 1 that XLA cannot see is constant,
+    makes it compute the value in a kernel of its own."""
+    out = []
+    for value in values:
+        if value.dtype == jnp.bool_:
+            out.append(jax.lax.div(value.astype(jnp.int32), one).astype(bool))
+        elif jnp.issubdtype(value.dtype, jnp.integer):
+            out.append(jax.lax.div(value, one.astype(value.dtype)))
+        else:
+            out.append(value / one.astype(value.dtype))
+    return tuple(out)
+
+
+def _levels(half: int) -> int:
+    """Number of levels of internal nodes (at least 1, for the tables)."""
+    return max(half.bit_length() - 1, 1)
+
+
 def _on_ancestors(x, num_nodes):
     """``x[anc[k, j]]`` (0 where ``j`` is not a proper ancestor level) for the
     first `num_nodes` nodes, shape ``(num_nodes, L)``, from the per-node
-    ``x`` of shape ``(H/2,)``: made of slices and repeats (a node's ancestor
-    at level ``j`` is constant over blocks of its level), not a gather."""
-    half = x.shape[0]
-    levels = max(half.bit_length() - 1, 1)
+    ``x`` of shape ``(H/2,)``: slices and repeats, not a gather."""
+    levels = _levels(x.shape[0])
     zero = jnp.zeros((), x.dtype)
     rows = [jnp.zeros((1, levels), x.dtype)]  # node 0
     d = 0
     while 2**d < num_nodes:
         width = 2**d
-        cols = [jnp.repeat(x[2**j : 2 ** (j + 1)], 2 ** (d - j)) if j < d else jnp.broadcast_to(zero, (width,)) for j in range(levels)]
+        cols = [
+            jnp.repeat(x[2**j : 2 ** (j + 1)], 2 ** (d - j)) if j < d else jnp.broadcast_to(zero, (width,))
+            for j in range(levels)
+        ]
         rows.append(jnp.stack(cols, axis=1))
         d += 1
     return jnp.concatenate(rows)[:num_nodes]
@@ -233,9 +266,12 @@ def num_exhausted(var_tree, split_tree, max_split, heap_size):
     # range of each internal node's own split variable at that node
     path_var = _on_ancestors(var, half)  # (H/2, L)
     path_cut = _on_ancestors(cut, half)
-    same = (path_var == var[:, None]) & valid[:half]
-    lo = jnp.max(jnp.where(same & right[:half], path_cut, 0), axis=1)
-    hi = jnp.min(jnp.where(same & ~right[:half], path_cut - 1, max_split[var][:, None]), axis=1)
+    top = max_split[var]
+    lo, hi = jnp.zeros_like(cut), top
+    for j in range(path_var.shape[1]):
+        same = (path_var[:, j] == var) & valid[:half, j]
+        lo = jnp.maximum(lo, jnp.where(same & right[:half, j], path_cut[:, j], 0))
+        hi = jnp.minimum(hi, jnp.where(same & ~right[:half, j], path_cut[:, j] - 1, top))
     # the variable is newly exhausted at the left child if no index is left
     # in [lo + 1, cut - 1], at the right child if none in [cut + 1, hi]
     left_exhausted = cut - 1 <= lo
@@ -245,49 +281,67 @@ def num_exhausted(var_tree, split_tree, max_split, heap_size):
     return _down_the_tree(newly.astype(jnp.int32))
 
 
-def node_ranges(var_tree, split_tree, max_split, node):
-    """Usable split indices ``lo + 1 .. hi`` of every predictor at `node`,
-    given the rules of its ancestors: two ``(p,)`` int32 arrays."""
-    path_var, path_cut, path_right, path_valid = _path(var_tree, split_tree, node, _depth(node))
-    return _ranges(path_var, path_cut, path_right, path_valid, max_split)
-
-
 def _depth(node):
     """Level of `node` in the heap (0 for nodes 0 and 1)."""
     return 31 - jax.lax.clz(jnp.maximum(node, 1).astype(jnp.int32))
 
 
-def _path(var_tree, split_tree, node, depth):
-    """Rules on the path to `node` (at `depth`): ``(L,)`` arrays of the
-    variable and split index of its ancestor at each level (the node itself
-    at level `depth`), whether the path turns right there, and whether the
-    level is a proper ancestor's."""
+class _Path(NamedTuple):
+    """The rules on the path to a node, level by level (``(L,)`` arrays)."""
+
+    var: jax.Array  # int32: variable of the ancestor at each level (the node itself at its level)
+    cut: jax.Array  # int32: its split index
+    right: jax.Array  # bool: the path turns right there
+    top: jax.Array  # int32: max_split of the variable
+    log_s: jax.Array  # float32: log_s of the variable
+
+
+def _path(var_tree, split_tree, max_split, log_s, node, depth) -> _Path:
     half = split_tree.shape[0]
-    levels = max(half.bit_length() - 1, 1)
-    level = jnp.arange(levels, dtype=jnp.int32)
+    level = jnp.arange(_levels(half), dtype=jnp.int32)
     up = depth - level
-    anc = jnp.where(up >= 0, node >> jnp.maximum(up, 0), -1)
+    anc = jnp.clip(node >> jnp.maximum(up, 0), 0, half - 1)
     right = ((node >> jnp.maximum(up - 1, 0)) & 1).astype(bool)
-    # a masked sum over the slots, cheaper than a gather under vmap
-    on = anc[:, None] == jnp.arange(half, dtype=jnp.int32)
-    path_var = jnp.sum(jnp.where(on, var_tree.astype(jnp.int32), 0), axis=1)
-    path_cut = jnp.sum(jnp.where(on, split_tree.astype(jnp.int32), 0), axis=1)
-    return path_var, path_cut, right, up > 0
+    rule = (var_tree.astype(jnp.int32) << 16) | split_tree.astype(jnp.int32)  # one gather for both
+    rule = rule[anc]
+    var = rule >> 16
+    table = jnp.stack([max_split.astype(jnp.float32), log_s], axis=1)[var]  # exact below 2**24
+    return _Path(var, rule & 0xFFFF, right, table[:, 0].astype(jnp.int32), table[:, 1])
 
 
-def _ranges(path_var, path_cut, path_right, path_valid, max_split):
-    p = max_split.shape[0]
-    on_var = (path_var[None, :] == jnp.arange(p)[:, None]) & path_valid[None, :]  # (p, L)
-    lo = jnp.max(jnp.where(on_var & path_right, path_cut, 0), axis=1)
-    hi = jnp.min(jnp.where(on_var & ~path_right, path_cut - 1, max_split[:, None]), axis=1)
+def _range_on_path(path: _Path, num_levels, var, top):
+    """Usable split indices ``lo + 1 .. hi`` of `var` (with `top` =
+    ``max_split[var]``) below the first `num_levels` rules of `path`."""
+    lo, hi = jnp.int32(0), top
+    for j in range(path.var.shape[0]):
+        same = (path.var[j] == var) & (j < num_levels)
+        lo = jnp.maximum(lo, jnp.where(same & path.right[j], path.cut[j], 0))
+        hi = jnp.minimum(hi, jnp.where(same & ~path.right[j], path.cut[j] - 1, top))
     return lo, hi
 
 
-def _take(table, index):
-    """``table[index]`` for a small table and scalar or small `index`, as a
-    masked sum (a gather costs more under vmap)."""
-    on = jnp.asarray(index)[..., None] == jnp.arange(table.shape[0])
-    return jnp.sum(jnp.where(on, table, jnp.zeros((), table.dtype)), axis=-1)
+def _usable_on_path(path: _Path, num_levels, max_split):
+    """``hi > lo`` for every predictor below the first `num_levels` rules of
+    `path`, ``(p,)``: only the variables on the path can be exhausted."""
+    p = max_split.shape[0]
+    usable = max_split > 0
+    for j in range(path.var.shape[0]):
+        lo, hi = _range_on_path(path, num_levels, path.var[j], path.top[j])
+        gone = (j < num_levels) & (hi <= lo)
+        usable = usable & ~(gone & (jnp.arange(p) == path.var[j]))
+    return usable
+
+
+def node_ranges(var_tree, split_tree, max_split, node):
+    """Usable split indices ``lo + 1 .. hi`` of every predictor at `node`,
+    given the rules of its ancestors: two ``(p,)`` int32 arrays."""
+    p = max_split.shape[0]
+    depth = _depth(node)
+    path = _path(var_tree, split_tree, max_split, jnp.zeros(p), node, depth)
+    on_var = (path.var[None, :] == jnp.arange(p)[:, None]) & (jnp.arange(path.var.shape[0]) < depth)
+    lo = jnp.max(jnp.where(on_var & path.right, path.cut, 0), axis=1)
+    hi = jnp.min(jnp.where(on_var & ~path.right, path.cut - 1, max_split[:, None]), axis=1)
+    return lo, hi
 
 
 def log_rule_prior(lo, hi, log_s, var, split):
@@ -308,31 +362,124 @@ def _rule_log_prior(lo_var, hi_var, log_s_var, log_norm, split):
     return jnp.where(ok, value, -jnp.inf)
 
 
-def _logsumexp_masked(log_s, masks):
-    """``logsumexp(where(mask, log_s, -inf))`` for each row of `masks`
-    ``(r, p)``, computed as `jax.scipy.special.logsumexp` does."""
-    a = jnp.where(masks, log_s, -jnp.inf)
-    amax = jnp.max(a, axis=1)
-    amax = jnp.where(jnp.isfinite(amax), amax, 0.0)
-    return jnp.log(jnp.sum(jnp.exp(a - amax[:, None]), axis=1)) + amax
+def _finite_or_zero(x):
+    return jnp.where(jnp.isfinite(x), x, 0.0)
+
+
+def _cumsum_like_xla(x):
+    """``jnp.cumsum(x)`` of a short 1-d `x` with the same rounding on CPU:
+    XLA sums sequentially within blocks of 16 and adds the cumulative sums
+    of the blocks' totals (the same way, recursively)."""
+    size = x.shape[0]
+    if size <= 16:
+        out = [x[0]]
+        for i in range(1, size):
+            out.append(out[-1] + x[i])
+        return jnp.stack(out)
+    num = -(-size // 16)
+    blocks = jnp.pad(x, (0, 16 * num - size)).reshape(num, 16)
+    inner = [blocks[:, 0]]
+    for i in range(1, 16):
+        inner.append(inner[-1] + blocks[:, i])
+    inner = jnp.stack(inner, axis=1)
+    totals = _cumsum_like_xla(inner[:, -1])
+    before = jnp.concatenate([jnp.zeros(1, x.dtype), totals[:-1]])
+    return (before[:, None] + inner).reshape(-1)[:size]
+
+
+def _choose_variable(usable, log_s, max_split, shift, u):
+    """`_choose_weighted` of ``where(usable, exp(log_s - shift), 0)``, and
+    ``max_split`` of the chosen variable.
+
+    The cumulative sums are those of `jnp.cumsum` on CPU, in blocks of 16
+    (`_cumsum_like_xla`), so the draw is the same, but only the blocks'
+    totals and the block of the draw are summed, element-wise."""
+    p = log_s.shape[0]
+    block = min(p, 16)
+    num = -(-p // block)
+    pad = num * block - p
+    weight = jnp.where(usable, jnp.exp(log_s - shift), 0.0)
+    weight = jnp.pad(weight, (0, pad)).reshape(num, block)
+    tops = jnp.pad(max_split, (0, pad)).reshape(num, block)
+    totals = weight[:, 0]
+    for i in range(1, block):
+        totals = totals + weight[:, i]
+    if num > 1:
+        totals = _cumsum_like_xla(totals)
+    total = totals[num - 1]
+    threshold = u * total
+    # the block of the first cumulative sum above the threshold, and the sum before it
+    which = jnp.int32(0)
+    before = jnp.float32(0.0)
+    for b in range(num - 1):
+        below = totals[b] <= threshold
+        which = which + below
+        before = jnp.where(below, totals[b], before)
+    row, row_tops = weight[0], tops[0]
+    for b in range(1, num):
+        row = jnp.where(which == b, weight[b], row)
+        row_tops = jnp.where(which == b, tops[b], row_tops)
+    inner = row[0]
+    index = (before + inner <= threshold).astype(jnp.int32)
+    top = row_tops[0]
+    for i in range(1, block):
+        inner = inner + row[i]
+        top = jnp.where(index == i, row_tops[i], top)
+        index = index + (before + inner <= threshold)
+    found = total > threshold
+    var = jnp.where(found, which * block + index, 0)
+    return var, jnp.where(found, top, max_split[0])
 
 
 class _Summary(NamedTuple):
     leaf: jax.Array  # (H,) bool
-    nog: jax.Array  # (H,) bool: internal nodes whose children are leaves
-    swappable: jax.Array  # (H,) bool: such nodes (not the root) with a leaf sibling
-    exhausted: jax.Array  # (H,) int32: `num_exhausted`
-    p_split: jax.Array  # (H,) float32: prior probability that the node is internal
-    growable: jax.Array  # (H,) bool
+    words: jax.Array  # (F, W) uint32: the masks of `_FIELDS`, packed in 32-bit words
     counts: jax.Array  # (4,) int32: eligible nodes of each kind
     log_probs: jax.Array  # (4,) float32: log probability of each kind
+
+
+# rows of `_Summary.words`: leaves, nodes whose children are leaves, such
+# nodes (not the root) with a leaf sibling, growable leaves, then the bits
+# of `num_exhausted`
+_LEAF, _NOG, _SWAPPABLE, _GROWABLE, _EXHAUSTED = range(5)
+
+
+def _exhausted_bits(heap_size: int) -> int:
+    return max(heap_size.bit_length() - 2, 1).bit_length()
 
 
 def _log_probs(counts, move_probs):
     """Log probability of each kind of move given the eligible counts."""
     weight = jnp.where(counts > 0, move_probs, 0.0)
-    total = jnp.sum(weight)
+    total = ((weight[0] + weight[1]) + weight[2]) + weight[3]
     return jnp.log(weight) - jnp.log(jnp.where(total > 0, total, 1.0))
+
+
+def _pack(masks):
+    """Pack ``(F, H)`` bool masks into ``(F, W)`` uint32 words, bit ``i % 32``
+    of word ``i // 32`` for slot ``i``."""
+    num, size = masks.shape
+    bits = min(size, 32)
+    shifted = masks.reshape(num, size // bits, bits).astype(jnp.uint32) << jnp.arange(bits, dtype=jnp.uint32)
+    return jnp.sum(shifted, axis=-1, dtype=jnp.uint32)
+
+
+def _bits_at(words, index):
+    """The bits of the packed masks `words` ``(F, W)`` at the slots `index`
+    ``(n,)``: ``(F, n)`` int32."""
+    word = words[:, :1]
+    for i in range(1, words.shape[1]):
+        word = jnp.where((index >> 5) == i, words[:, i : i + 1], word)
+    return ((word >> (index & 31).astype(jnp.uint32)) & 1).astype(jnp.int32)
+
+
+def _popcount(words):
+    """Number of set bits of each row of ``(..., W)`` words, int32."""
+    counts = jax.lax.population_count(words).astype(jnp.int32)
+    total = counts[..., 0]
+    for i in range(1, words.shape[-1]):
+        total = total + counts[..., i]
+    return total
 
 
 def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs) -> _Summary:
@@ -352,31 +499,20 @@ def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs) -> _Sum
     n_avail = jnp.sum(max_split > 0) - exhausted
     p_split = jnp.where(n_avail > 0, p_nonterminal[depth_of], 0.0)
     growable = leaf & (p_split > 0)
-    num_nog = jnp.sum(nog, dtype=jnp.int32)
-    counts = jnp.stack(
-        [
-            jnp.sum(growable, dtype=jnp.int32),
-            num_nog,
-            num_nog if heap_size > 4 else jnp.int32(0),
-            jnp.sum(swappable, dtype=jnp.int32),
-        ]
-    )
-    return _Summary(leaf, nog, swappable, exhausted, p_split, growable, counts, _log_probs(counts, move_probs))
+    exhausted_bits = [((exhausted >> b) & 1).astype(bool) for b in range(_exhausted_bits(heap_size))]
+    words = _pack(jnp.stack([leaf, nog, swappable, growable, *exhausted_bits]))
+    count = _popcount(words)
+    num_nog = count[_NOG]
+    counts = jnp.stack([count[_GROWABLE], num_nog, num_nog if heap_size > 4 else jnp.int32(0), count[_SWAPPABLE]])
+    return _Summary(leaf, words, counts, _log_probs(counts, move_probs))
 
 
-def _choose(mask, u):
-    """Index of a uniformly chosen True entry of `mask` (0 if none), from one
-    uniform ``u`` in (0, 1): the ``floor(u * count)``-th True entry.
-
-    The mask is packed into 32-bit words and the entry found by bisection
-    on population counts (a cumulative sum is slow on CPU)."""
-    size = mask.shape[0]
-    count = jnp.sum(mask, dtype=jnp.int32)
+def _choose(words, count, u):
+    """Index of a uniformly chosen set bit of the packed mask `words` with
+    `count` bits set (0 if none), from one uniform ``u`` in (0, 1): the
+    ``floor(u * count)``-th set bit, found by bisection on population
+    counts."""
     rank = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
-    bits = min(size, 32)
-    words = jnp.sum(
-        mask.reshape(-1, bits).astype(jnp.uint32) << jnp.arange(bits, dtype=jnp.uint32), axis=1, dtype=jnp.uint32
-    )
     # the word of the entry, and its rank in it
     counts = jax.lax.population_count(words).astype(jnp.int32)
     word, base, r = words[0], jnp.int32(0), rank
@@ -388,7 +524,7 @@ def _choose(mask, u):
         r = jnp.where(later, rank - before, r)
         before = before + counts[i]
     pos = jnp.int32(0)
-    width = bits
+    width = 32
     while width > 1:
         width //= 2
         low = jax.lax.population_count(word & jnp.uint32((1 << width) - 1)).astype(jnp.int32)
@@ -399,11 +535,6 @@ def _choose(mask, u):
     return jnp.where(count > 0, base + pos, 0)
 
 
-def _first(mask):
-    """``argmax(mask)``: the first True entry, 0 if none."""
-    return jnp.argmax(mask)
-
-
 def _choose_weighted(weight, u):
     """Index drawn with probability proportional to the non-negative
     `weight` (0 if all zero), from one uniform ``u`` in (0, 1)."""
@@ -411,11 +542,20 @@ def _choose_weighted(weight, u):
     return jnp.argmax(cum > u * cum[-1])
 
 
-def _cumsum4(w):
-    """``jnp.cumsum`` of 4 entries, left to right."""
-    s1 = w[0] + w[1]
-    s2 = s1 + w[2]
-    return jnp.stack([w[0], s1, s2, s2 + w[3]])
+def _first_above(cum, threshold):
+    """``argmax(cum > threshold)`` for a short non-decreasing `cum`."""
+    index = jnp.int32(0)
+    for i in range(cum.shape[0]):
+        index = index + (cum[i] <= threshold)
+    return jnp.where(cum[-1] > threshold, index, 0)
+
+
+def _take_small(table, index):
+    """``table[index]`` for a short table, as selects."""
+    out = table[0]
+    for i in range(1, table.shape[0]):
+        out = jnp.where(index == i, table[i], out)
+    return out
 
 
 def _pick(kind, values):
@@ -448,122 +588,128 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
 
     Notes
     -----
-    Only the subtree of the node a move touches changes, so the proposed
-    tree is not summarised again: its eligible counts and split
-    probabilities follow from those of the current tree at the node, its
-    children, sibling and parent (`_summary` of the proposed tree gives the
-    same, and ``tests/test_moves_fast.py`` checks it).
+    A move changes the tree only at its node ``k`` (and for SWAP at ``k``'s
+    child ``c``), so the proposed tree is not summarised again: its counts
+    of eligible nodes and the split probabilities of its new leaves follow
+    from the current tree around the node. ``tests/test_moves_fast.py``
+    checks the result against a direct implementation.
     """
     half = split_tree.shape[0]
     heap_size = 2 * half
+    p = max_split.shape[0]
     slot = jnp.arange(heap_size, dtype=jnp.int32)
     u_move, u_split, u_node, u_var = u
     now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs)
-    possible = jnp.any(now.counts > 0)
-    cum = _cumsum4(jnp.exp(now.log_probs))
-    kind = _first(cum > u_move * cum[3]).astype(jnp.int32)
+    g_now, nog_now, change_now, swap_now = (now.counts[i] for i in range(4))
+    possible = (g_now > 0) | (nog_now > 0) | (change_now > 0) | (swap_now > 0)
+    weight = jnp.exp(now.log_probs)
+    s1 = weight[0] + weight[1]
+    s2 = s1 + weight[2]
+    cum = jnp.stack([weight[0], s1, s2, s2 + weight[3]])  # jnp.cumsum's order
+    kind = _first_above(cum, u_move * cum[3])
     is_swap = kind == SWAP
 
-    # the node: a growable leaf, a node whose children are leaves, or for
+    # the node n: a growable leaf, a node whose children are leaves, or for
     # SWAP the child c of the pair (k, c)
-    eligible = jnp.where(kind == GROW, now.growable, jnp.where(is_swap, now.swappable, now.nog))
-    chosen = _choose(eligible, u_node).astype(jnp.int32)
-    k = jnp.where(is_swap, chosen >> 1, chosen)
-    c = jnp.minimum(chosen, half - 1)
+    words = now.words
+    eligible = jnp.where(kind == GROW, words[_GROWABLE], jnp.where(is_swap, words[_SWAPPABLE], words[_NOG]))
+    num_eligible = jnp.where(kind == GROW, g_now, jnp.where(is_swap, swap_now, nog_now))
+    n = _choose(eligible, num_eligible, u_node)
+    one = 1 + (u_move < 0).astype(jnp.int32)  # see _computed
+    kind, n, possible = _computed(one, kind, n, possible)
+    k = jnp.where(is_swap, n >> 1, n)
+    c = jnp.minimum(n, half - 1)
     left, right = jnp.minimum(2 * k, heap_size - 2), jnp.minimum(2 * k + 1, heap_size - 1)
+    dc = (c & 1).astype(bool)
+    sib = c ^ 1
 
-    # the current tree around the chosen node n: n, its children, sibling,
-    # parent and parent's sibling (for SWAP: c, its leaves, the leaf
-    # sibling, k)
-    n = chosen
+    # the current tree around n: n, its children, sibling, parent and
+    # parent's sibling (for SWAP: c, its leaves, c's leaf sibling, k)
     near = jnp.minimum(jnp.stack([n, 2 * n, 2 * n + 1, n ^ 1, n >> 1, (n >> 1) ^ 1]), heap_size - 1)
-    code = (
-        now.leaf.astype(jnp.int32)
-        | (now.nog.astype(jnp.int32) << 1)
-        | (now.swappable.astype(jnp.int32) << 2)
-        | (now.growable.astype(jnp.int32) << 3)
-        | (now.exhausted << 4)
-    )
-    near_code = _take(code, near)
-    near_leaf = (near_code & 1).astype(bool)
-    near_nog = ((near_code >> 1) & 1).astype(bool)
-    near_swappable = ((near_code >> 2) & 1).astype(bool)
-    near_growable = ((near_code >> 3) & 1).astype(jnp.int32)
-    near_exhausted = near_code >> 4
+    bits = _bits_at(words, near)  # (F, 6)
+    near_leaf = bits[_LEAF].astype(bool)
+    near_nog = bits[_NOG]
+    near_swappable = bits[_SWAPPABLE]
+    near_growable = bits[_GROWABLE]
+    near_exhausted = bits[_EXHAUSTED]
+    for b in range(1, bits.shape[0] - _EXHAUSTED):
+        near_exhausted = near_exhausted + (bits[_EXHAUSTED + b] << b)
     n_root = jnp.sum(max_split > 0)
     depth_n = _depth(n)
 
     def p_split_at(exhausted, depth):
-        return jnp.where(n_root - exhausted > 0, _take(p_nonterminal, depth), 0.0)
+        return jnp.where(n_root - exhausted > 0, _take_small(p_nonterminal, depth), 0.0)
 
-    near_depth = jnp.stack([depth_n, depth_n + 1, depth_n + 1, depth_n, depth_n - 1, depth_n - 1])
-    near_p_split = p_split_at(near_exhausted, jnp.maximum(near_depth, 0))
+    near_p_split = p_split_at(near_exhausted, jnp.stack([depth_n, depth_n + 1, depth_n + 1, depth_n, depth_n - 1, depth_n - 1]))
 
-    # the rules on the path to n; k is n or its parent
+    # the rules on the path to n; k is n or its parent (SWAP: A = rule at k, B = rule at c)
+    path = _computed(one, *_path(var_tree, split_tree, max_split, log_s, n, depth_n))
+    path = _Path(*path)
     depth_k = jnp.where(is_swap, depth_n - 1, depth_n)
-    path_var, path_cut, path_right, _ = _path(var_tree, split_tree, n, depth_n)
-    levels = path_var.shape[0]
-    level = jnp.arange(levels)
-    lo_k, hi_k = _ranges(path_var, path_cut, path_right, level < depth_k, max_split)
-
-    # a new rule at k from the prior (GROW, CHANGE)
-    usable = hi_k > lo_k
-    shift = jnp.max(jnp.where(usable, log_s, -jnp.inf))
-    var_weight = jnp.where(usable, jnp.exp(log_s - jnp.where(jnp.isfinite(shift), shift, 0.0)), 0.0)
-    var = _choose_weighted(var_weight, u_var).astype(jnp.int32)
-
-    # SWAP: A = rule at k, B = rule at c
-    var_a = _take(path_var, jnp.maximum(depth_n - 1, 0))
-    split_a = _take(path_cut, jnp.maximum(depth_n - 1, 0))
-    var_b = _take(path_var, depth_n)
-    split_b = _take(path_cut, depth_n)
-    vars3 = jnp.stack([var, var_a, var_b])
-    lo3, hi3, log_s3 = _take(lo_k, vars3), _take(hi_k, vars3), _take(log_s, vars3)
-    lo_v, lo_a, lo_b = lo3[0], lo3[1], lo3[2]
-    hi_v, hi_a, hi_b = hi3[0], hi3[1], hi3[2]
-    log_s_a, log_s_b = log_s3[1], log_s3[2]
-    split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
-    split = jnp.minimum(split, hi_v)
+    level_a = jnp.maximum(depth_n - 1, 0)
+    var_a, split_a = _take_small(path.var, level_a), _take_small(path.cut, level_a)
+    top_a, log_s_a = _take_small(path.top, level_a), _take_small(path.log_s, level_a)
+    var_b, split_b = _take_small(path.var, depth_n), _take_small(path.cut, depth_n)
+    top_b, log_s_b = _take_small(path.top, depth_n), _take_small(path.log_s, depth_n)
+    lo_a, hi_a = _range_on_path(path, depth_k, var_a, top_a)
+    lo_b, hi_b = _range_on_path(path, depth_k, var_b, top_b)
+    usable = _usable_on_path(path, depth_k, max_split)
 
     def exhausts(split, lo, hi, to_right):
         """Whether the rule leaves no split index in the child on that side."""
-        return jnp.where(to_right, hi <= split, split - 1 <= lo).astype(jnp.int32)
+        return jnp.where(to_right, hi <= split, split - 1 <= lo)
+
+    # the usable predictors at c, now and in the proposed tree, differ from
+    # those at k at most in the variable of k's rule; `rest` are the usable
+    # ones at both
+    gone_a = (hi_a > lo_a) & exhausts(split_a, lo_a, hi_a, dc)
+    gone_b = (hi_b > lo_b) & exhausts(split_b, lo_b, hi_b, dc)
+    var_a, var_b, gone_a, gone_b, usable = _computed(one, var_a, var_b, gone_a, gone_b, usable)
+    var_p = jnp.arange(p)
+    rest = usable & ~((var_p == var_a) & gone_a) & ~((var_p == var_b) & gone_b)
+    shift = _finite_or_zero(jnp.max(jnp.where(usable, log_s, -jnp.inf)))
+    shift_rest = _finite_or_zero(jnp.max(jnp.where(rest, log_s, -jnp.inf)))
+    log_norm_rest = jnp.log(jnp.sum(jnp.where(rest, jnp.exp(log_s - shift_rest), 0.0))) + shift_rest
+    same_ab = var_a == var_b
+    log_norm_c = jnp.logaddexp(log_norm_rest, jnp.where(gone_b & ~(gone_a & same_ab), log_s_b, -jnp.inf))
+    log_norm_c_new = jnp.logaddexp(log_norm_rest, jnp.where(gone_a & ~(gone_b & same_ab), log_s_a, -jnp.inf))
+
+    # a new rule at k from the prior (GROW, CHANGE)
+    var, top = _computed(one, *_choose_variable(usable, log_s, max_split, shift, u_var))
+    lo_v, hi_v = _range_on_path(path, depth_k, var, top)
+    split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
+    split = jnp.minimum(split, hi_v)
 
     # counts and split probabilities in the proposed tree
     exhausted_k = jnp.where(is_swap, near_exhausted[4], near_exhausted[0])
     # GROW, CHANGE: the new rule at k, whose children are leaves
-    p_split_children_new = p_split_at(
-        exhausted_k + jnp.stack([exhausts(split, lo_v, hi_v, False), exhausts(split, lo_v, hi_v, True)]), depth_n + 1
-    )
+    p_split_left_new = p_split_at(exhausted_k + exhausts(split, lo_v, hi_v, False), depth_n + 1)
+    p_split_right_new = p_split_at(exhausted_k + exhausts(split, lo_v, hi_v, True), depth_n + 1)
     p_split_k = near_p_split[0]
-    p_split_children = near_p_split[1:3]
+    p_split_left, p_split_right = near_p_split[1], near_p_split[2]
     # SWAP: rule B at k, rule A at c; c's range of var_a is k's narrowed by B
-    dc = (c & 1).astype(bool)
     exhausted_c_new = exhausted_k + exhausts(split_b, lo_b, hi_b, dc)
-    exhausted_sib_new = exhausted_k + exhausts(split_b, lo_b, hi_b, ~dc)
-    same = var_a == var_b
-    lo_a_c_new = jnp.where(same & dc, jnp.maximum(lo_a, split_b), lo_a)
-    hi_a_c_new = jnp.where(same & ~dc, jnp.minimum(hi_a, split_b - 1), hi_a)
-    lo_b_c = jnp.where(same & dc, jnp.maximum(lo_b, split_a), lo_b)
-    hi_b_c = jnp.where(same & ~dc, jnp.minimum(hi_b, split_a - 1), hi_b)
-    p_split_swap_new = p_split_at(
-        jnp.stack(
-            [
-                exhausted_c_new,
-                exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, False),
-                exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, True),
-                exhausted_sib_new,
-            ]
-        ),
-        jnp.stack([depth_n, depth_n + 1, depth_n + 1, depth_n]),
-    )
+    lo_a_c_new = jnp.where(same_ab & dc, jnp.maximum(lo_a, split_b), lo_a)
+    hi_a_c_new = jnp.where(same_ab & ~dc, jnp.minimum(hi_a, split_b - 1), hi_a)
+    lo_b_c = jnp.where(same_ab & dc, jnp.maximum(lo_b, split_a), lo_b)
+    hi_b_c = jnp.where(same_ab & ~dc, jnp.minimum(hi_b, split_a - 1), hi_b)
+    p_split_c_new = p_split_at(exhausted_c_new, depth_n)
+    leaves_new = [  # 2c, 2c + 1, sibling
+        p_split_at(exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, False), depth_n + 1),
+        p_split_at(exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, True), depth_n + 1),
+        p_split_at(exhausted_k + exhausts(split_b, lo_b, hi_b, ~dc), depth_n),
+    ]
+    leaves_now = [near_p_split[1], near_p_split[2], near_p_split[3]]
+
     # the proposed tree's counts (growable, nog, change, swappable)
-    g_now, nog_now, change_now, swap_now = now.counts
-    growable_new_children = jnp.sum(p_split_children_new > 0, dtype=jnp.int32)
+    def count(x):
+        return x.astype(jnp.int32)
+
+    growable_new_children = count(p_split_left_new > 0) + count(p_split_right_new > 0)
     sibling_leaf = (n > 1) & near_leaf[3]
-    parent_swappable_after_prune = sibling_leaf & (n >> 1 > 1) & near_leaf[5]
-    nog_after_grow = nog_now + 1 - sibling_leaf.astype(jnp.int32)
-    nog_after_prune = nog_now - 1 + sibling_leaf.astype(jnp.int32)
+    parent_swappable_after_prune = sibling_leaf & ((n >> 1) > 1) & near_leaf[5]
+    nog_after_grow = nog_now + 1 - count(sibling_leaf)
+    nog_after_prune = nog_now - 1 + count(sibling_leaf)
     small = heap_size <= 4
     counts_new = _pick(
         kind,
@@ -573,21 +719,15 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
                     g_now - near_growable[0] + growable_new_children,
                     nog_after_grow,
                     jnp.int32(0) if small else nog_after_grow,
-                    swap_now
-                    + sibling_leaf.astype(jnp.int32)
-                    - near_swappable[4].astype(jnp.int32)
-                    - near_swappable[3].astype(jnp.int32),
+                    swap_now + count(sibling_leaf) - near_swappable[4] - near_swappable[3],
                 ]
             ),
             jnp.stack(
                 [
-                    g_now - near_growable[1] - near_growable[2] + (p_split_k > 0).astype(jnp.int32),
+                    g_now - near_growable[1] - near_growable[2] + count(p_split_k > 0),
                     nog_after_prune,
                     jnp.int32(0) if small else nog_after_prune,
-                    swap_now
-                    - near_swappable[0].astype(jnp.int32)
-                    + near_nog[3].astype(jnp.int32)
-                    + parent_swappable_after_prune.astype(jnp.int32),
+                    swap_now - near_swappable[0] + near_nog[3] + count(parent_swappable_after_prune),
                 ]
             ),
             jnp.stack([g_now - near_growable[1] - near_growable[2] + growable_new_children, nog_now, change_now, swap_now]),
@@ -597,7 +737,9 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
                     - near_growable[1]
                     - near_growable[2]
                     - near_growable[3]
-                    + jnp.sum(p_split_swap_new[1:] > 0, dtype=jnp.int32),
+                    + count(leaves_new[0] > 0)
+                    + count(leaves_new[1] > 0)
+                    + count(leaves_new[2] > 0),
                     nog_now,
                     change_now,
                     swap_now,
@@ -613,48 +755,35 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
         'move': log_probs_new[PRUNE] - now.log_probs[GROW],
         'node': log(g_now.astype(jnp.float32)) - log(counts_new[PRUNE].astype(jnp.float32)),
         'split': log(p_split_k) - jnp.log1p(-p_split_k),
-        'children': jnp.log1p(-p_split_children_new[0]) + jnp.log1p(-p_split_children_new[1]),
+        'children': jnp.log1p(-p_split_left_new) + jnp.log1p(-p_split_right_new),
     }
     prune_terms = {
         'move': log_probs_new[GROW] - now.log_probs[PRUNE],
         'node': log(nog_now.astype(jnp.float32)) - log(counts_new[GROW].astype(jnp.float32)),
         'split': jnp.log1p(-p_split_k) - log(p_split_k),
-        'children': -jnp.log1p(-p_split_children[0]) - jnp.log1p(-p_split_children[1]),
+        'children': -jnp.log1p(-p_split_left) - jnp.log1p(-p_split_right),
     }
     # CHANGE: the rule's proposal is its prior, so they cancel
     change_terms = {
         'move': log_probs_new[CHANGE] - now.log_probs[CHANGE],
         'children': (
-            jnp.log1p(-p_split_children_new[0])
-            + jnp.log1p(-p_split_children_new[1])
-            - jnp.log1p(-p_split_children[0])
-            - jnp.log1p(-p_split_children[1])
+            jnp.log1p(-p_split_left_new)
+            + jnp.log1p(-p_split_right_new)
+            - jnp.log1p(-p_split_left)
+            - jnp.log1p(-p_split_right)
         ),
     }
-    # SWAP: the pair is chosen uniformly among the same pairs both ways. The
-    # usable predictors at c differ from those at k at most in the variable
-    # of k's rule
-    p = max_split.shape[0]
-    on_a = jnp.arange(p) == var_a
-    on_b = jnp.arange(p) == var_b
-    masks = jnp.stack(
-        [
-            usable,
-            usable & ~(on_a & exhausts(split_a, lo_a, hi_a, dc).astype(bool)),
-            usable & ~(on_b & exhausts(split_b, lo_b, hi_b, dc).astype(bool)),
-        ]
-    )
-    log_norm_k, log_norm_c, log_norm_c_new = _logsumexp_masked(log_s, masks)
-    grandchildren_new = p_split_swap_new[jnp.array([1, 2, 3])]
-    grandchildren_now = near_p_split[jnp.array([1, 2, 3])]
+    # SWAP: the pair is chosen uniformly among the same pairs both ways; the
+    # normaliser of the rule prior at k cancels in 'rule_parent'
+    leaves = [jnp.log1p(-new) - jnp.log1p(-old) for new, old in zip(leaves_new, leaves_now, strict=True)]
     swap_terms = {
         'move': log_probs_new[SWAP] - now.log_probs[SWAP],
-        'rule_parent': _rule_log_prior(lo_b, hi_b, log_s_b, log_norm_k, split_b)
-        - _rule_log_prior(lo_a, hi_a, log_s_a, log_norm_k, split_a),
+        'rule_parent': _rule_log_prior(lo_b, hi_b, log_s_b, 0.0, split_b)
+        - _rule_log_prior(lo_a, hi_a, log_s_a, 0.0, split_a),
         'rule_child': _rule_log_prior(lo_a_c_new, hi_a_c_new, log_s_a, log_norm_c_new, split_a)
         - _rule_log_prior(lo_b_c, hi_b_c, log_s_b, log_norm_c, split_b),
-        'split_child': log(p_split_swap_new[0]) - log(near_p_split[0]),
-        'leaves': jnp.sum(jnp.log1p(-grandchildren_new) - jnp.log1p(-grandchildren_now)),
+        'split_child': log(p_split_c_new) - log(near_p_split[0]),
+        'leaves': (leaves[0] + leaves[1]) + leaves[2],
     }
     log_ratio = _pick(
         kind,
@@ -668,7 +797,6 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
 
     # the cells
     extra = jnp.where(k > 1, k >> 1, 4)  # CHANGE: a slot with no points (k's parent, or a child of leaf 2)
-    sib = c ^ 1
     keep = 2 * c + dc  # SWAP: leaf of c that stays
     moved = 2 * c + 1 - dc  # SWAP: leaf of c whose points go to c's sibling
     col0 = _pick(
@@ -697,11 +825,10 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
         return jnp.stack([jnp.asarray(a, jnp.int32), jnp.asarray(b, jnp.int32)])
 
     no = jnp.int32(-1)
+    zero = jnp.int32(0)
     rows = _pick(kind, [pair(k, no), pair(no, no), pair(left, right), pair(sib, no)])
     rows = jnp.where(possible, rows, no)
-    # the rows of cell_of at `rows` (row 0 where unused), from the moves'
-    # definitions above
-    zero = jnp.int32(0)
+    # the rows of cell_of at `rows` (row 0 where unused), from the definitions above
     remap_cell = _pick(
         kind,
         [
@@ -716,7 +843,9 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     def quad(*values):
         return jnp.stack([jnp.asarray(v, jnp.int32) for v in values])
 
-    cells = _pick(kind, [quad(left, right, no, no), quad(left, right, no, no), quad(left, right, k, extra), quad(keep, moved, sib, k)])
+    cells = _pick(
+        kind, [quad(left, right, no, no), quad(left, right, no, no), quad(left, right, k, extra), quad(keep, moved, sib, k)]
+    )
     cell_old = _pick(
         kind, [quad(k, k, no, no), quad(left, right, no, no), quad(left, right, left, right), quad(keep, moved, sib, sib)]
     )
@@ -727,11 +856,11 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     cells = jnp.where(possible, cells, no)
     cell_old = jnp.where(possible, cell_old, no)
     cell_new = jnp.where(possible, cell_new, no)
-    touched = jnp.any(slot[:, None] == cell_old[None, :], axis=1)
+    touched = (slot == cell_old[0]) | (slot == cell_old[1]) | (slot == cell_old[2]) | (slot == cell_old[3])
     identity = now.leaf & ~touched
     is_k = slot == k
     is_child = (slot == left) | (slot == right)
-    new_leaf = _pick(kind, [(now.leaf & ~is_k) | is_child, (now.leaf & ~is_child) | is_k, now.leaf, now.leaf])
+    new_leaf = jnp.where(kind == GROW, (now.leaf & ~is_k) | is_child, jnp.where(kind == PRUNE, (now.leaf & ~is_child) | is_k, now.leaf))
 
     set_node = _pick(kind, [pair(k, k), pair(k, k), pair(k, k), pair(k, c)])
     set_var = _pick(kind, [pair(var, var), pair(zero, zero), pair(var, var), pair(var_b, var_a)])

@@ -10,8 +10,10 @@ cut-points each), a state from `bartz.mcmcstep.init` with 200 trees of up
 to 6 levels and the default moves (grow, prune, change, swap), grown by
 ``--burn`` iterations of `bartz.mcmcstep.step`. Then the jitted
 ``propose_moves(key, state)`` is called alone, and we print microseconds
-per call: the minimum (and median) over ``--repeats`` calls, each waited
-for with ``block_until_ready``, the variants interleaved call by call so
+per call: the minimum (and median) wall time over ``--repeats`` calls, each
+waited for with ``block_until_ready``, and the minimum process CPU time per
+call over blocks of 20 calls (all threads; less sensitive to other
+processes on a shared machine), the variants interleaved block by block so
 that a slower period of the machine hits all of them alike.
 
 Rows:
@@ -40,9 +42,55 @@ from jax import numpy as jnp
 from jax import random
 
 from bartz import grove, mcmcstep
-from bartz.moves import _ancestor_tables, _choose, _choose_weighted, num_exhausted
 
 # ------------------------------------------------ the GROW/PRUNE proposal of bfe0dfc
+
+
+def _ancestor_tables(heap_size: int):
+    depth = heap_size.bit_length() - 1
+    levels = depth - 1
+    nodes = np.arange(heap_size)
+    node_level = grove.node_depths(heap_size)
+    anc = np.zeros((heap_size, max(levels, 1)), np.int32)
+    valid = np.zeros_like(anc, bool)
+    right = np.zeros_like(anc, bool)
+    for k in nodes[1:]:
+        d = node_level[k]
+        for j in range(d):
+            anc[k, j] = k >> (d - j)
+            valid[k, j] = True
+            right[k, j] = (k >> (d - j - 1)) & 1
+    return anc, valid, right
+
+
+def num_exhausted(var_tree, split_tree, max_split, heap_size):
+    anc, valid, right = _ancestor_tables(heap_size)
+    half = heap_size // 2
+    var = var_tree.astype(jnp.int32)
+    cut = split_tree.astype(jnp.int32)
+    path_var = var[anc[:half]]
+    path_cut = cut[anc[:half]]
+    same = (path_var == var[:, None]) & valid[:half]
+    lo = jnp.max(jnp.where(same & right[:half], path_cut, 0), axis=1)
+    hi = jnp.min(jnp.where(same & ~right[:half], path_cut - 1, max_split[var][:, None]), axis=1)
+    left_exhausted = cut - 1 <= lo
+    right_exhausted = hi <= cut
+    newly = jnp.stack([left_exhausted, right_exhausted], axis=1).reshape(heap_size)
+    newly = newly.at[:2].set(False)
+    on_path = jnp.where(valid, newly[anc], False)
+    return newly.astype(jnp.int32) + jnp.sum(on_path, axis=1, dtype=jnp.int32)
+
+
+def _choose(mask, u):
+    count = jnp.sum(mask, dtype=jnp.int32)
+    k = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
+    return jnp.argmax(jnp.cumsum(mask, dtype=jnp.int32) > k)
+
+
+def _choose_weighted(weight, u):
+    cum = jnp.cumsum(weight)
+    return jnp.argmax(cum > u * cum[-1])
+
 
 
 def _old_propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
@@ -196,22 +244,28 @@ def make_state(p, n, numcut, num_trees, max_depth, burn, seed):
     return state
 
 
-def time_variants(variants, state, repeats):
-    """Microseconds per call of each jitted variant: min and median over
-    `repeats` calls, interleaved."""
+def time_variants(variants, state, repeats, block=20):
+    """Microseconds per call of each jitted variant: the minimum and median
+    wall time over `repeats` calls, and the minimum process CPU time (all
+    threads) per call over blocks of `block` calls (less sensitive to other
+    processes on the machine). Variants interleaved block by block."""
     keys = random.split(random.key(1), 16)
     jitted = {name: jax.jit(fn) for name, fn in variants.items()}
     for fn in jitted.values():
         for key in keys[:3]:
             jax.block_until_ready(fn(key, state))
-    times = {name: [] for name in jitted}
-    for i in range(repeats):
-        key = keys[i % len(keys)]
+    wall = {name: [] for name in jitted}
+    cpu = {name: [] for name in jitted}
+    for i in range(0, repeats, block):
         for name, fn in jitted.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn(key, state))
-            times[name].append(time.perf_counter() - start)
-    return {name: (min(t) * 1e6, statistics.median(t) * 1e6) for name, t in times.items()}
+            cpu_start = time.process_time()
+            for j in range(block):
+                key = keys[(i + j) % len(keys)]
+                start = time.perf_counter()
+                jax.block_until_ready(fn(key, state))
+                wall[name].append(time.perf_counter() - start)
+            cpu[name].append((time.process_time() - cpu_start) / block)
+    return {name: (min(wall[name]) * 1e6, statistics.median(wall[name]) * 1e6, min(cpu[name]) * 1e6) for name in jitted}
 
 
 def main():
@@ -239,12 +293,12 @@ def main():
         leaves = np.asarray(grove.is_leaf(state.forest.split_tree)).sum(axis=1)
         results = time_variants(variants, state, args.repeats)
         rows.append((p, float(leaves.mean()), results))
-    header = f'{"variant":<16} {"p":>5} {"leaves/tree":>12} {"min us":>9} {"median us":>10}'
+    header = f'{"variant":<16} {"p":>5} {"leaves/tree":>12} {"min us":>9} {"median us":>10} {"cpu us":>9}'
     print(header)
     print('-' * len(header))
     for p, leaves, results in rows:
-        for name, (best, median) in results.items():
-            print(f'{name:<16} {p:>5} {leaves:>12.1f} {best:>9.1f} {median:>10.1f}')
+        for name, (best, median, cpu) in results.items():
+            print(f'{name:<16} {p:>5} {leaves:>12.1f} {best:>9.1f} {median:>10.1f} {cpu:>9.1f}')
 
 
 if __name__ == '__main__':

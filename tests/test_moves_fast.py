@@ -322,6 +322,8 @@ CASES = {
     'deep': lambda rng: _from_prior(_state(rng, p=10, max_split=100), 4, 0.98),
     'dart': lambda rng: _grown(_state(rng, p=20, max_split=10, log_s=_dart_log_s(rng, 20)), 60, 5),
     'dart_deep': lambda rng: _from_prior(_state(rng, p=12, max_split=4, log_s=_dart_log_s(rng, 12)), 6, 0.9),
+    'dart_wide': lambda rng: _grown(_state(rng, p=100, max_split=3, log_s=_dart_log_s(rng, 100)), 40, 9),
+    'dart_wider': lambda rng: _from_prior(_state(rng, p=300, max_split=2, log_s=_dart_log_s(rng, 300)), 10, 0.9),
     'stumps': lambda rng: _grown(_state(rng, p=5, max_split=3, max_depth=2), 30, 7),
     'depth3': lambda rng: _from_prior(_state(rng, p=4, max_split=2, max_depth=3), 8, 0.7),
     'single_leaf': lambda rng: _state(rng, p=10, max_split=30),
@@ -380,3 +382,24 @@ def test_propose_tree_matches_reference(case):
         assert kinds[GROW] > 0 and kinds[PRUNE] > 0, kinds
     if case not in ('single_leaf', 'no_cutpoints', 'stumps'):
         assert kinds[CHANGE] > 0 and kinds[SWAP] > 0, kinds
+
+
+def test_propose_tree_unbatched():
+    """One tree without vmap gives the same as in the batch."""
+    rng = np.random.default_rng(99)
+    state = CASES['grown_change_swap'](rng)
+    key = random.key(5)
+    fast, _ = _propose_both(state, key, None)
+    u = _uniform(key, (state.forest.split_tree.shape[0], 4))
+    for i in (0, 7):
+        one = jax.jit(moves.propose_tree)(
+            u[i],
+            state.forest.var_tree[i],
+            state.forest.split_tree[i],
+            state.max_split,
+            state.log_s,
+            state.p_nonterminal,
+            jnp.asarray(moves.move_probs_array(None)),
+        )
+        for name in Moves._fields:
+            np.testing.assert_array_equal(getattr(one, name), getattr(fast, name)[i], err_msg=name)
