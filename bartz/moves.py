@@ -320,16 +320,23 @@ def _range_on_path(path: _Path, num_levels, var, top):
     return lo, hi
 
 
-def _usable_on_path(path: _Path, num_levels, max_split):
-    """``hi > lo`` for every predictor below the first `num_levels` rules of
-    `path`, ``(p,)``: only the variables on the path can be exhausted."""
-    p = max_split.shape[0]
-    usable = max_split > 0
+def _exhausted_on_path(path: _Path, num_levels):
+    """Whether the variable of each rule of `path` is exhausted below the
+    first `num_levels` rules, ``(L,)``: only these variables can be (the
+    others are usable iff their ``max_split`` is positive)."""
+    gone = []
     for j in range(path.var.shape[0]):
         lo, hi = _range_on_path(path, num_levels, path.var[j], path.top[j])
-        gone = (j < num_levels) & (hi <= lo)
-        usable = usable & ~(gone & (jnp.arange(p) == path.var[j]))
-    return usable
+        gone.append((j < num_levels) & (hi <= lo))
+    return jnp.stack(gone)
+
+
+class _SplitProb(NamedTuple):
+    """Prior probability that a node is internal, and its logs."""
+
+    p: jax.Array
+    log: jax.Array  # log p
+    log_not: jax.Array  # log(1 - p)
 
 
 def node_ranges(var_tree, split_tree, max_split, node):
@@ -388,8 +395,9 @@ def _cumsum_like_xla(x):
 
 
 def _choose_variable(usable, log_s, max_split, shift, u):
-    """`_choose_weighted` of ``where(usable, exp(log_s - shift), 0)``, and
-    ``max_split`` of the chosen variable.
+    """A variable drawn with probability proportional to ``where(usable,
+    exp(log_s - shift), 0)`` by inverse cdf, ``argmax(cumsum(weight) > u *
+    sum(weight))`` (0 if all are 0), and its ``max_split``.
 
     The cumulative sums are those of `jnp.cumsum` on CPU, in blocks of 16
     (`_cumsum_like_xla`), so the draw is the same, but only the blocks'
@@ -433,7 +441,7 @@ def _choose_variable(usable, log_s, max_split, shift, u):
 
 class _Summary(NamedTuple):
     leaf: jax.Array  # (H,) bool
-    words: jax.Array  # (F, W) uint32: the masks of `_FIELDS`, packed in 32-bit words
+    words: jax.Array  # (F, W) uint32: the masks below (rows _LEAF, ...), bit k % 32 of word k // 32 for node k
     counts: jax.Array  # (4,) int32: eligible nodes of each kind
     log_probs: jax.Array  # (4,) float32: log probability of each kind
 
@@ -482,29 +490,80 @@ def _popcount(words):
     return total
 
 
+def _spread(x):
+    """Bits 0..15 of the uint32 `x` moved to the even bits 0, 2, .., 30."""
+    x = x & 0xFFFF
+    x = (x | (x << 8)) & 0x00FF00FF
+    x = (x | (x << 4)) & 0x0F0F0F0F
+    x = (x | (x << 2)) & 0x33333333
+    return (x | (x << 1)) & 0x55555555
+
+
+def _compact(x):
+    """The even bits 0, 2, .., 30 of the uint32 `x` moved to bits 0..15."""
+    x = x & 0x55555555
+    x = (x | (x >> 1)) & 0x33333333
+    x = (x | (x >> 2)) & 0x0F0F0F0F
+    x = (x | (x >> 4)) & 0x00FF00FF
+    return (x | (x >> 8)) & 0x0000FFFF
+
+
+def _unpack(words, size):
+    """The first `size` bits of packed `words` ``(W,)`` as a bool mask."""
+    slot = np.arange(size)
+    return ((jnp.repeat(words, 32)[:size] >> (slot % 32).astype(np.uint32)) & 1).astype(bool)
+
+
 def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs) -> _Summary:
+    """The eligible nodes of the current tree, as bit masks over the heap.
+
+    From the packed mask of internal nodes (a node exists if its parent,
+    ``k >> 1``, is internal; bit ``k`` of the heap's words), with bit
+    operations on a few words per tree."""
     half = split_tree.shape[0]
     heap_size = 2 * half
+    num_words = max(heap_size // 32, 1)
     depth_of = grove.node_depths(heap_size)
-    slot = jnp.arange(heap_size)
-    internal = split_tree != 0
-    no = jnp.zeros(half, bool)
-    exists = jnp.repeat(internal, 2) | (slot == 1)  # the parent of k is k >> 1
-    leaf = exists & ~jnp.concatenate([internal, no])
-    children = leaf.reshape(half, 2)
-    nog = jnp.concatenate([internal & children[:, 0] & children[:, 1], no])
-    sibling_leaf = children[:, ::-1].reshape(heap_size)
-    swappable = nog & (slot > 1) & sibling_leaf
-    exhausted = num_exhausted(var_tree, split_tree, max_split, heap_size)
-    n_avail = jnp.sum(max_split > 0) - exhausted
-    p_split = jnp.where(n_avail > 0, p_nonterminal[depth_of], 0.0)
-    growable = leaf & (p_split > 0)
-    exhausted_bits = [((exhausted >> b) & 1).astype(bool) for b in range(_exhausted_bits(heap_size))]
-    words = _pack(jnp.stack([leaf, nog, swappable, growable, *exhausted_bits]))
+    internal = _pack(split_tree[None] != 0)[0]  # (max(H/64, 1),), bit k for node k
+    words_of_internal = [internal[w] if w < internal.shape[0] else jnp.uint32(0) for w in range(num_words)]
+    evens = jnp.uint32(0x55555555)
+    leaf, nog_pairs = [], []
+    for w in range(num_words):
+        # heap word w holds the nodes 32w .. 32w + 31, children of 16w .. 16w + 15
+        parents = internal[w // 2] >> (16 * (w % 2)) if half >= 32 else internal[0]
+        exists = _spread(parents) * 3 | (2 if w == 0 else 0)  # node 1 always exists
+        leaf.append(exists & ~words_of_internal[w])
+        nog_pairs.append(_compact(leaf[w] & (leaf[w] >> 1)) << (16 * (w % 2)))
+    nog = [jnp.uint32(0)] * num_words
+    for w in range(num_words):
+        nog[w // 2] = nog[w // 2] | nog_pairs[w]
+    nog = [words_of_internal[w] & nog[w] for w in range(num_words)]
+    # bit k of sibling_leaf[w] is the leaf bit of node k ^ 1
+    sibling_leaf = [((x >> 1) & evens) | ((x & evens) << 1) for x in leaf]
+    swappable = [nog[w] & sibling_leaf[w] & (~jnp.uint32(3) if w == 0 else ~jnp.uint32(0)) for w in range(num_words)]
+    # the nodes with some predictor left (where p_split > 0 if their level
+    # allows splits). At most D - 1 predictors are exhausted at a node, so
+    # with at least D the counts need not be computed
+    n_root = jnp.sum(max_split > 0)
+    level_ok = p_nonterminal[depth_of] > 0
+    num_bits = _exhausted_bits(heap_size)
+
+    def no_count():
+        return _pack(level_ok[None])[0], jnp.zeros((num_bits, num_words), jnp.uint32)
+
+    def count():
+        exhausted = num_exhausted(var_tree, split_tree, max_split, heap_size)
+        bits = [((exhausted >> b) & 1).astype(bool) for b in range(num_bits)]
+        words = _pack(jnp.stack([level_ok & (n_root - exhausted > 0), *bits]))
+        return words[0], words[1:]
+
+    splittable, exhausted_bits = jax.lax.cond(n_root >= heap_size.bit_length() - 1, no_count, count)
+    growable = [leaf[w] & splittable[w] for w in range(num_words)]
+    words = jnp.concatenate([jnp.stack([jnp.stack(x) for x in (leaf, nog, swappable, growable)]), exhausted_bits])
     count = _popcount(words)
     num_nog = count[_NOG]
     counts = jnp.stack([count[_GROWABLE], num_nog, num_nog if heap_size > 4 else jnp.int32(0), count[_SWAPPABLE]])
-    return _Summary(leaf, words, counts, _log_probs(counts, move_probs))
+    return _Summary(_unpack(words[_LEAF], heap_size), words, counts, _log_probs(counts, move_probs))
 
 
 def _choose(words, count, u):
@@ -533,13 +592,6 @@ def _choose(words, count, u):
         word = jnp.where(up, word >> width, word)
         pos = jnp.where(up, pos + width, pos)
     return jnp.where(count > 0, base + pos, 0)
-
-
-def _choose_weighted(weight, u):
-    """Index drawn with probability proportional to the non-negative
-    `weight` (0 if all zero), from one uniform ``u`` in (0, 1)."""
-    cum = jnp.cumsum(weight)
-    return jnp.argmax(cum > u * cum[-1])
 
 
 def _first_above(cum, threshold):
@@ -620,6 +672,7 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     k = jnp.where(is_swap, n >> 1, n)
     c = jnp.minimum(n, half - 1)
     left, right = jnp.minimum(2 * k, heap_size - 2), jnp.minimum(2 * k + 1, heap_size - 1)
+    k, c, left, right = _computed(one, k, c, left, right)
     dc = (c & 1).astype(bool)
     sib = c ^ 1
 
@@ -637,10 +690,20 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     n_root = jnp.sum(max_split > 0)
     depth_n = _depth(n)
 
-    def p_split_at(exhausted, depth):
-        return jnp.where(n_root - exhausted > 0, _take_small(p_nonterminal, depth), 0.0)
+    # the logs of the split probabilities from tables (one log per level for
+    # all trees)
+    tables = (p_nonterminal, jnp.log(p_nonterminal), jnp.log1p(-p_nonterminal))
+    at_level_n = _SplitProb(*(_take_small(table, depth_n) for table in tables))
+    at_level_below = _SplitProb(*(_take_small(table, depth_n + 1) for table in tables))
 
-    near_p_split = p_split_at(near_exhausted, jnp.stack([depth_n, depth_n + 1, depth_n + 1, depth_n, depth_n - 1, depth_n - 1]))
+    def p_split_at(exhausted, level):
+        """The split probability of a node at the level of n (`level` 0) or
+        below (1) with `exhausted` predictors."""
+        ok = n_root - exhausted > 0
+        p, log_p, log_not_p = (at_level_n, at_level_below)[level]
+        return _SplitProb(jnp.where(ok, p, 0.0), jnp.where(ok, log_p, -jnp.inf), jnp.where(ok, log_not_p, 0.0))
+
+    near_p_split = [p_split_at(near_exhausted[i], level) for i, level in enumerate([0, 1, 1, 0])]
 
     # the rules on the path to n; k is n or its parent (SWAP: A = rule at k, B = rule at c)
     path = _computed(one, *_path(var_tree, split_tree, max_split, log_s, n, depth_n))
@@ -653,7 +716,11 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     top_b, log_s_b = _take_small(path.top, depth_n), _take_small(path.log_s, depth_n)
     lo_a, hi_a = _range_on_path(path, depth_k, var_a, top_a)
     lo_b, hi_b = _range_on_path(path, depth_k, var_b, top_b)
-    usable = _usable_on_path(path, depth_k, max_split)
+    gone = _exhausted_on_path(path, depth_k)
+    (gone,) = _computed(one, gone)
+    usable = max_split > 0
+    for j in range(gone.shape[0]):
+        usable = usable & ~(gone[j] & (jnp.arange(p) == path.var[j]))
 
     def exhausts(split, lo, hi, to_right):
         """Whether the rule leaves no split index in the child on that side."""
@@ -683,8 +750,8 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     # counts and split probabilities in the proposed tree
     exhausted_k = jnp.where(is_swap, near_exhausted[4], near_exhausted[0])
     # GROW, CHANGE: the new rule at k, whose children are leaves
-    p_split_left_new = p_split_at(exhausted_k + exhausts(split, lo_v, hi_v, False), depth_n + 1)
-    p_split_right_new = p_split_at(exhausted_k + exhausts(split, lo_v, hi_v, True), depth_n + 1)
+    p_split_left_new = p_split_at(exhausted_k + exhausts(split, lo_v, hi_v, False), 1)
+    p_split_right_new = p_split_at(exhausted_k + exhausts(split, lo_v, hi_v, True), 1)
     p_split_k = near_p_split[0]
     p_split_left, p_split_right = near_p_split[1], near_p_split[2]
     # SWAP: rule B at k, rule A at c; c's range of var_a is k's narrowed by B
@@ -693,11 +760,11 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     hi_a_c_new = jnp.where(same_ab & ~dc, jnp.minimum(hi_a, split_b - 1), hi_a)
     lo_b_c = jnp.where(same_ab & dc, jnp.maximum(lo_b, split_a), lo_b)
     hi_b_c = jnp.where(same_ab & ~dc, jnp.minimum(hi_b, split_a - 1), hi_b)
-    p_split_c_new = p_split_at(exhausted_c_new, depth_n)
+    p_split_c_new = p_split_at(exhausted_c_new, 0)
     leaves_new = [  # 2c, 2c + 1, sibling
-        p_split_at(exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, False), depth_n + 1),
-        p_split_at(exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, True), depth_n + 1),
-        p_split_at(exhausted_k + exhausts(split_b, lo_b, hi_b, ~dc), depth_n),
+        p_split_at(exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, False), 1),
+        p_split_at(exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, True), 1),
+        p_split_at(exhausted_k + exhausts(split_b, lo_b, hi_b, ~dc), 0),
     ]
     leaves_now = [near_p_split[1], near_p_split[2], near_p_split[3]]
 
@@ -705,7 +772,7 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     def count(x):
         return x.astype(jnp.int32)
 
-    growable_new_children = count(p_split_left_new > 0) + count(p_split_right_new > 0)
+    growable_new_children = count(p_split_left_new.p > 0) + count(p_split_right_new.p > 0)
     sibling_leaf = (n > 1) & near_leaf[3]
     parent_swappable_after_prune = sibling_leaf & ((n >> 1) > 1) & near_leaf[5]
     nog_after_grow = nog_now + 1 - count(sibling_leaf)
@@ -724,7 +791,7 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
             ),
             jnp.stack(
                 [
-                    g_now - near_growable[1] - near_growable[2] + count(p_split_k > 0),
+                    g_now - near_growable[1] - near_growable[2] + count(p_split_k.p > 0),
                     nog_after_prune,
                     jnp.int32(0) if small else nog_after_prune,
                     swap_now - near_swappable[0] + near_nog[3] + count(parent_swappable_after_prune),
@@ -737,9 +804,9 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
                     - near_growable[1]
                     - near_growable[2]
                     - near_growable[3]
-                    + count(leaves_new[0] > 0)
-                    + count(leaves_new[1] > 0)
-                    + count(leaves_new[2] > 0),
+                    + count(leaves_new[0].p > 0)
+                    + count(leaves_new[1].p > 0)
+                    + count(leaves_new[2].p > 0),
                     nog_now,
                     change_now,
                     swap_now,
@@ -747,42 +814,52 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
             ),
         ],
     )
-    log_probs_new = _log_probs(counts_new, move_probs)
+    # the log probability of the reverse move's kind in the proposed tree
+    # (each kind is its own reverse but GROW and PRUNE)
+    weight_new = jnp.where(counts_new > 0, move_probs, 0.0)
+    total_new = ((weight_new[0] + weight_new[1]) + weight_new[2]) + weight_new[3]
+    reverse = _pick(kind, [jnp.int32(PRUNE), jnp.int32(GROW), jnp.int32(CHANGE), jnp.int32(SWAP)])
+    log_reverse_new = jnp.log(_take_small(weight_new, reverse)) - jnp.log(jnp.where(total_new > 0, total_new, 1.0))
+    log_kind_now = _take_small(now.log_probs, kind)
+    log_move = log_reverse_new - log_kind_now
+    # GROW, PRUNE: the number of nodes to choose from, both ways
+    log_nodes = jnp.log(jnp.where(kind == GROW, g_now, nog_now).astype(jnp.float32)) - jnp.log(
+        _take_small(counts_new, reverse).astype(jnp.float32)
+    )
 
     # the log ratio of each kind, as named terms
-    log = jnp.log
     grow_terms = {
-        'move': log_probs_new[PRUNE] - now.log_probs[GROW],
-        'node': log(g_now.astype(jnp.float32)) - log(counts_new[PRUNE].astype(jnp.float32)),
-        'split': log(p_split_k) - jnp.log1p(-p_split_k),
-        'children': jnp.log1p(-p_split_left_new) + jnp.log1p(-p_split_right_new),
+        'move': log_move,
+        'node': log_nodes,
+        'split': p_split_k.log - p_split_k.log_not,
+        'children': p_split_left_new.log_not + p_split_right_new.log_not,
     }
     prune_terms = {
-        'move': log_probs_new[GROW] - now.log_probs[PRUNE],
-        'node': log(nog_now.astype(jnp.float32)) - log(counts_new[GROW].astype(jnp.float32)),
-        'split': jnp.log1p(-p_split_k) - log(p_split_k),
-        'children': -jnp.log1p(-p_split_left) - jnp.log1p(-p_split_right),
+        'move': log_move,
+        'node': log_nodes,
+        'split': p_split_k.log_not - p_split_k.log,
+        'children': -p_split_left.log_not - p_split_right.log_not,
     }
     # CHANGE: the rule's proposal is its prior, so they cancel
     change_terms = {
-        'move': log_probs_new[CHANGE] - now.log_probs[CHANGE],
+        'move': log_move,
         'children': (
-            jnp.log1p(-p_split_left_new)
-            + jnp.log1p(-p_split_right_new)
-            - jnp.log1p(-p_split_left)
-            - jnp.log1p(-p_split_right)
+            p_split_left_new.log_not
+            + p_split_right_new.log_not
+            - p_split_left.log_not
+            - p_split_right.log_not
         ),
     }
     # SWAP: the pair is chosen uniformly among the same pairs both ways; the
     # normaliser of the rule prior at k cancels in 'rule_parent'
-    leaves = [jnp.log1p(-new) - jnp.log1p(-old) for new, old in zip(leaves_new, leaves_now, strict=True)]
+    leaves = [new.log_not - old.log_not for new, old in zip(leaves_new, leaves_now, strict=True)]
     swap_terms = {
-        'move': log_probs_new[SWAP] - now.log_probs[SWAP],
+        'move': log_move,
         'rule_parent': _rule_log_prior(lo_b, hi_b, log_s_b, 0.0, split_b)
         - _rule_log_prior(lo_a, hi_a, log_s_a, 0.0, split_a),
         'rule_child': _rule_log_prior(lo_a_c_new, hi_a_c_new, log_s_a, log_norm_c_new, split_a)
         - _rule_log_prior(lo_b_c, hi_b_c, log_s_b, log_norm_c, split_b),
-        'split_child': log(p_split_c_new) - log(near_p_split[0]),
+        'split_child': p_split_c_new.log - near_p_split[0].log,
         'leaves': (leaves[0] + leaves[1]) + leaves[2],
     }
     log_ratio = _pick(
@@ -799,33 +876,24 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     extra = jnp.where(k > 1, k >> 1, 4)  # CHANGE: a slot with no points (k's parent, or a child of leaf 2)
     keep = 2 * c + dc  # SWAP: leaf of c that stays
     moved = 2 * c + 1 - dc  # SWAP: leaf of c whose points go to c's sibling
-    col0 = _pick(
-        kind,
-        [
-            jnp.where(slot == k, left, slot),
-            slot,
-            jnp.where(slot == right, extra, slot),
-            jnp.where((slot == sib) & ~dc, k, slot),
-        ],
-    )
-    col1 = _pick(
-        kind,
-        [
-            jnp.where(slot == k, right, slot),
-            slot,
-            jnp.where(slot == left, k, slot),
-            jnp.where((slot == sib) & dc, k, slot),
-        ],
-    )
-    col0 = jnp.where(possible, col0, slot)
-    col1 = jnp.where(possible, col1, slot)
-    cell_of = jnp.stack([col0, col1], axis=1).astype(jnp.uint8)
+    # each column of cell_of is the identity but at most at one leaf: GROW
+    # splits k into its children; CHANGE sends the points of k's left
+    # child with bit 1 to k, of its right child with bit 0 to `extra`; SWAP
+    # sends the points of c's sibling with the bit of c's side to k
+    no = jnp.int32(-1)
+    zero = jnp.int32(0)
+    at0 = _pick(kind, [k, no, right, jnp.where(dc, no, sib)])
+    at1 = _pick(kind, [k, no, left, jnp.where(dc, sib, no)])
+    to0 = _pick(kind, [left, zero, extra, k])
+    to1 = _pick(kind, [right, zero, k, k])
+    at0, at1, to0, to1 = _computed(one, *(jnp.where(possible, x, no) for x in (at0, at1)), to0, to1)
+    bit = jnp.arange(2) == 1
+    cell_of = jnp.where(slot[:, None] == jnp.where(bit, at1, at0), jnp.where(bit, to1, to0), slot[:, None])
+    cell_of = cell_of.astype(jnp.uint8)
 
     def pair(a, b):
         return jnp.stack([jnp.asarray(a, jnp.int32), jnp.asarray(b, jnp.int32)])
 
-    no = jnp.int32(-1)
-    zero = jnp.int32(0)
     rows = _pick(kind, [pair(k, no), pair(no, no), pair(left, right), pair(sib, no)])
     rows = jnp.where(possible, rows, no)
     # the rows of cell_of at `rows` (row 0 where unused), from the definitions above
