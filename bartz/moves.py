@@ -42,8 +42,8 @@ probabilities in the proposed tree enter the ratio (the reverse move is
 drawn there).
 
 The log ratio of each kind is a sum of named terms (`_TERM_PERTURBATION`
-lets the tests perturb any one of them and check that the prior test
-notices).
+and `_TERM_SCALE` let the tests perturb any one of them and check that the
+prior test notices).
 
 References
 ----------
@@ -66,9 +66,12 @@ GROW, PRUNE, CHANGE, SWAP = 0, 1, 2, 3
 MOVE_NAMES = ('grow', 'prune', 'change', 'swap')
 DEFAULT_MOVE_PROBS = {'grow': 0.25, 'prune': 0.25, 'change': 0.4, 'swap': 0.1}
 
-# {(move name, term name): log factor added to that term}: a hook for the
-# power tests, read at trace time
+# hooks for the power tests, read at trace time: {(move name, term name):
+# log factor added to that term} and {(move name, term name): factor the
+# term is multiplied by} (a state-dependent error: scaling a term
+# log g(s') - log g(s) makes the chain target pi * g**(factor - 1))
 _TERM_PERTURBATION: dict = {}
+_TERM_SCALE: dict = {}
 
 
 def move_probs_array(moves=None) -> np.ndarray:
@@ -621,7 +624,8 @@ def _pick(kind, values):
 def _sum_terms(move, terms):
     total = 0.0
     for name, value in terms.items():
-        total = total + value + _TERM_PERTURBATION.get((move, name), 0.0)
+        factor = _TERM_SCALE.get((move, name), 1.0)
+        total = total + value * factor + _TERM_PERTURBATION.get((move, name), 0.0)
     return total
 
 

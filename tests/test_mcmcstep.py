@@ -5,7 +5,11 @@ ratio is exactly 1, so the sampler must target the tree prior, and the
 distribution of the trees it visits is compared with an exact, independent
 forward sampler of the prior. Every term of the Metropolis-Hastings ratio
 (proposal probabilities and prior ratio) is exercised; `test_prior_test_has_power`
-shows the comparison rejects a sampler with a wrong ratio. The likelihood
+shows the comparison rejects a sampler with a wrong ratio, and the power
+tests at the end perturb one named term of one move's ratio at a time (a
+constant log factor for GROW and PRUNE; the term scaled by 1.1 or 0.9 for
+CHANGE and SWAP, whose ratio is mostly 1, so that a constant factor would be
+nearly invisible; see the comment above `SCALE_CASES`). The likelihood
 terms are checked by `test_tree_posterior_exact`, against the exact posterior
 over all trees of a tiny problem.
 
@@ -26,6 +30,7 @@ from jax import numpy as jnp
 from scipy import stats
 
 from bartz import grove, kernels, mcmcstep
+from bartz import moves as moves_module
 from bartz.grove import TreeHeaps
 
 P_MIN = 1e-4  # each statistical test must have a p-value above this
@@ -97,7 +102,15 @@ def tree_stats(var, split, max_split):
     for v in range(max_split.size):
         out[f'splits_on_var{v}'] = np.sum((split != 0) & (var == v), axis=1)
     offsets = np.concatenate([[0], np.cumsum(max_split)[:-1]])
-    out['root_var_split'] = np.where(split[:, 1] != 0, 1 + offsets[var[:, 1]] + split[:, 1] - 1, 0)
+
+    def rule(node):  # 0 for no split, else a code of (variable, split index)
+        return np.where(split[:, node] != 0, 1 + offsets[var[:, node]] + split[:, node] - 1, 0)
+
+    out['root_var_split'] = rule(1)
+    # the rules of the root and its children, jointly (SWAP and CHANGE move
+    # rules between and within these nodes)
+    num_rules = 1 + int(max_split.sum())
+    out['top_rules'] = rule(1) + num_rules * (rule(2) + num_rules * rule(3))
     # split index of the shallowest split on the variable with most cut-points
     widest = int(np.argmax(max_split))
     on = (split != 0) & (var == widest)
@@ -206,6 +219,10 @@ PRIOR_CONFIGS = {
     'C': (6, (1, 2, 3, 10), 0.99, 0.5, None, 2000, 650),
     # bushy with exhaustion at depth 4 < bottom level 5
     'C2': (6, (0, 1, 1, 2), 0.99, 0.5, None, 2000, 400),
+    # a split on x0 leaves only x1 (3 cut-points): whether CHANGE exhausts a
+    # child depends on its split; SWAP changes which leaves are exhausted and,
+    # with skewed split probabilities, the rule prior (the power tests below)
+    'D': (4, (1, 3), 0.95, 0.5, (0.8, 0.2), 4000, 150),
 }
 REF_TREES = 40_000
 
@@ -241,9 +258,12 @@ def prior_state(max_depth, max_split, base, power, s, num_trees, moves='default'
     )
 
 
-def run_prior(runner, config, seed, moves='default'):
-    """Final state and sigma2 trace of the no-data sampler."""
-    max_depth, max_split, base, power, s, num_trees, burn_in = PRIOR_CONFIGS[config]
+def run_prior(runner, config, seed, moves='default', num_trees=None, num_sweeps=None):
+    """Final state and sigma2 trace of the no-data sampler (`num_trees` and
+    `num_sweeps` override the configuration's trees and burn-in)."""
+    max_depth, max_split, base, power, s, config_trees, burn_in = PRIOR_CONFIGS[config]
+    num_trees = config_trees if num_trees is None else num_trees
+    burn_in = burn_in if num_sweeps is None else num_sweeps
     state = prior_state(max_depth, max_split, base, power, s, num_trees, moves)
     if moves in PRIOR_START:
         # GROW and PRUNE are rare here, so that from stumps the chain would
@@ -269,12 +289,12 @@ def prior_run(config, seed, moves='default'):
     return run_prior(_prior_runner, config, seed, moves)
 
 
-def prior_pvalues(state, config, seed):
+def prior_pvalues(state, config, seed, ref_trees=REF_TREES):
     max_depth, max_split, base, power, s, _, _ = PRIOR_CONFIGS[config]
     var, split = np.asarray(state.forest.var_tree), np.asarray(state.forest.split_tree)
     mcmc = tree_stats(var, split, max_split)
     rng = np.random.default_rng([seed, 2024])
-    ref = tree_stats(*sample_prior_heaps(rng, REF_TREES, max_split, max_depth, base, power, s), max_split)
+    ref = tree_stats(*sample_prior_heaps(rng, ref_trees, max_split, max_depth, base, power, s), max_split)
     return {name: chi2_two_sample(mcmc[name], ref[name]) for name in mcmc}
 
 
@@ -291,6 +311,7 @@ PRIOR_CASES = [
     pytest.param('C', 0, marks=pytest.mark.slow),
     pytest.param('C', 1, marks=pytest.mark.slow),
     pytest.param('C2', 0, marks=pytest.mark.slow),
+    pytest.param('D', 0, marks=pytest.mark.slow),
 ]
 
 
@@ -328,7 +349,7 @@ def _perturbed_propose_tree(log_factor, original):
 
     def propose(*args):
         moves = original(*args)
-        ratio = jnp.where(moves.grow, moves.log_ratio_tree + log_factor, moves.log_ratio_tree)
+        ratio = jnp.where(moves.kind == moves_module.GROW, moves.log_ratio_tree + log_factor, moves.log_ratio_tree)
         return moves._replace(log_ratio_tree=ratio)
 
     return propose
@@ -1040,16 +1061,90 @@ def test_weighted_precision_sums_exact_at_large_n():
 
 # ---------------------------------------------------------------- power for every move
 
-# (move, term, log factor, test). Every term of a move's ratio is present in
-# every proposal of that move, so a constant factor on one term is the same
+# How an error in one term of a move's log MH ratio is modelled.
+#
+# GROW and PRUNE: a constant log factor (+-0.1) added to the term
+# (`moves._TERM_PERTURBATION`). Every term of a move's ratio is present in
+# every proposal of that move, so a constant on one term is the same
 # perturbation as on any other term of that move: one term per move and sign.
-# Not here (measured: not detected, p ~ 0.2): a constant factor exp(+-0.1) in
-# the CHANGE or SWAP ratio. These moves are their own reverse and their
-# ratio is mostly 1 under the prior, where a constant factor keeps detailed
-# balance; with data, neither the exact posterior test (4000 chains) had the
-# power to see it. Errors in their individual terms (state-dependent) are
-# what the prior tests with CHANGE- and SWAP-heavy settings guard against.
+#
+# CHANGE and SWAP are their own reverse, and their ratio is mostly exactly 1
+# under the prior, where min(1, c) keeps detailed balance: a constant factor
+# is nearly invisible (measured: p ~ 0.2) and is the wrong model of an error.
+# There a "10% error" is the term multiplied by 1.1 or 0.9
+# (`moves._TERM_SCALE`): a term log g(s') - log g(s) scaled by 1 + e makes
+# the move target pi * g**e, a wrong law wherever g varies. In configuration
+# 'D' the terms below vary over the proposals (measured on 20,000 prior
+# trees: CHANGE 'children' is non-zero in 10% of proposals, +-0.80; SWAP
+# 'rule_parent' in all valid ones, up to +-2.5; 'rule_child' in 85%, up to
+# +-1.1; 'leaves' in 56%, +-0.80). Detected, with the trees and sweeps the
+# test needs (the chain starts at prior draws and drifts away). Measured,
+# largest p-value over seeds 0-2 and both factors: rule_parent 2e-11,
+# rule_child 1e-7; children 8e-7 on seeds 0-1 with 150 sweeps, but 6e-5 on
+# seed 2, which 300 sweeps bring to 2e-8 (the drift is slow), hence 300:
+SCALE_CASES = [
+    # (move, term, move setting, trees in the chain (the reference has twice as many), sweeps)
+    ('change', 'children', 'change', 100_000, 300),
+    ('swap', 'rule_parent', 'swap', 20_000, 150),
+    ('swap', 'rule_child', 'swap', 100_000, 150),
+]
+# Not detected:
+# - CHANGE 'move', SWAP 'move', SWAP 'split_child' are identically 0 on every
+#   proposal with a finite ratio (not only in 'D'), so scaling them changes
+#   nothing. Both moves keep the topology, so the counts of PRUNE, CHANGE
+#   and SWAP nodes do not change; GROW's count can only go between 0 and > 0
+#   if the leaves the move touches change from growable to not, but at a
+#   CHANGE node some child keeps a usable cut-point whatever the new rule
+#   (a second usable variable, or >= 2 cut-points of the only one), and the
+#   sibling of a SWAP child keeps the other rule's variable (a swap on one
+#   variable is never valid): the kinds' probabilities are the same in both
+#   trees. The SWAP child is internal in both trees with a usable rule, so
+#   its split probability is the same.
+# - SWAP 'leaves' varies, but the law it shifts (which leaves are
+#   exhausted) moves little: with 100,000 trees the prior test gives p ~ 1e-3
+#   (x1.1) and 0.2 (x0.9). Detecting it would take many times the trees the
+#   slow suite can afford.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(('move', 'term', 'setting', 'num_trees', 'num_sweeps'), SCALE_CASES)
+def test_prior_test_detects_scaled_term(move, term, setting, num_trees, num_sweeps):
+    """A 10% error (factor 1.1 or 0.9) in one term of the CHANGE or SWAP
+    ratio makes the prior test fail."""
+    runner = make_scaled_prior_runner([(move, term)])  # one compile for both factors
+    pvalues = {}
+    for factor in (1.1, 0.9):
+        scaled = functools.partial(runner, factors=jnp.array([factor], jnp.float32))
+        state, _ = run_prior(scaled, 'D', 0, setting, num_trees, num_sweeps)
+        pvalues[factor] = min(prior_pvalues(state, 'D', 0, ref_trees=2 * num_trees).values())
+    assert max(pvalues.values()) < P_MIN, pvalues
+
+
+def make_scaled_prior_runner(terms):
+    """`make_prior_runner` with a third argument ``factors``: the factors by
+    which the log MH ratio terms ``terms`` ((move, term) pairs) are multiplied,
+    a runtime value (`moves._TERM_SCALE` is read at trace time, so it holds
+    the tracers only while tracing)."""
+
+    @jax.jit
+    def run_chunk(key, state, factors):
+        moves_module._TERM_SCALE.update(zip(terms, factors, strict=True))
+        try:
+
+            def body(state, key):
+                state, _ = mcmcstep.step(key, state)
+                return state, state.sigma2
+
+            return lax.scan(body, state, random.split(key, PRIOR_CHUNK))
+        finally:
+            for term in terms:
+                del moves_module._TERM_SCALE[term]
+
+    return run_chunk
+
+
 POWER_CASES = [
+    # (move, term, log factor, test)
     ('grow', 'split', 0.1, 'prior'),
     ('grow', 'split', -0.1, 'prior'),
     ('prune', 'children', 0.1, 'prior'),
@@ -1062,8 +1157,6 @@ POWER_CASES = [
 def test_prior_and_posterior_tests_have_power_per_move(monkeypatch, small_data, move, term, log_factor, test):
     """A 10% error (factor exp(+-0.1)) in one term of one move's ratio makes
     the prior test or the exact posterior test fail."""
-    from bartz import moves as moves_module
-
     monkeypatch.setitem(moves_module._TERM_PERTURBATION, (move, term), log_factor)
     setting = {'grow': 'gp', 'prune': 'gp', 'change': 'change', 'swap': 'swap'}[move]
     if test == 'prior':
