@@ -420,6 +420,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     )
     in_tree = jnp.stack([moves.leaf, moves.new_leaf], axis=1)  # (m, 2, H)
     counted_of_kind = np.array([[0, -1], [-1, -1], [2, 3], [3, -1]])  # GROW, PRUNE, CHANGE, SWAP
+    # the (at most two) cells whose points can end in another leaf than
+    # their slot: GROW's and PRUNE's two children (to the node if the tree
+    # ends pruned), CHANGE's two side-changing cells, SWAP's cells leaving
+    # the moved leaf and the sibling
+    remapped_of_kind = jnp.asarray(np.array([[0, 1], [0, 1], [2, 3], [1, 3]]))[moves.kind]  # (m, 2)
     which = jnp.asarray(counted_of_kind)[moves.kind]  # (m, 2) positions in `cells`, -1: none
     counted = jnp.where((which >= 0) & moves.allowed[:, None], jnp.take_along_axis(moves.cells, jnp.maximum(which, 0), axis=1), -1)
     slot = jnp.arange(heap_size, dtype=jnp.int32)
@@ -433,7 +438,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     def finish(resid, leaf_indices, rows, delta, cell_map, j):
         """Apply tree ``j``'s change to the residuals and to its leaf indices:
         ``old - new`` value by slot, and the final leaf of the (at most
-        four) cells whose points change leaf (``cell_map``: the cells, -1
+        two) cells whose points change leaf (``cell_map``: the cells, -1
         if unused, and their final leaves)."""
         cell, cell_final = cell_map
         out = []
@@ -441,7 +446,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             out.append(block_resid + _lookup(delta, row))
             idx = row.astype(jnp.int32)
             final = idx
-            for c in range(4):
+            for c in range(2):
                 final = jnp.where(idx == cell[c], cell_final[c], final)
             leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None].astype(leaf_indices.dtype), (j, start))
         return tuple(out), leaf_indices
@@ -450,7 +455,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # The previous tree's change is applied here rather than at the end of
         # its own iteration: one pass over the data per tree.
         resid, leaf_indices, prev_rows, prev_delta, prev_cell_map = carry
-        j, old_at, in_tree, counted, count, move, log_u, noise = tree
+        j, old_at, in_tree, counted, remapped, count, move, log_u, noise = tree
         # (for the first tree, a no-op: zero delta, no cell)
         resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_delta, prev_cell_map, jnp.maximum(j - 1, 0))
 
@@ -524,7 +529,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         new_at = jnp.where(move.identity, new_values, 0.0) + jnp.sum(jnp.where(at_cell, cell_value, 0.0), axis=1)
         delta = old_at - new_at
 
-        carry = (resid, leaf_indices, tuple(rows), delta, jnp.stack([move.cells, cell_final]))
+        carry = (resid, leaf_indices, tuple(rows), delta, jnp.stack([move.cells[remapped], cell_final[remapped]]))
         # the outputs of the tree in two arrays (fewer writes per tree): the
         # values, the counts (their int32 bits) and the precisions; the flags
         final_count = jnp.where(leaf, jnp.where(accept, both_count[1], both_count[0]), 0)
@@ -533,13 +538,13 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             out.append(jnp.where(leaf, final[:, 1], 0.0))
         return carry, (jnp.stack(out, axis=1), jnp.stack([accept, allowed]))
 
-    xs = (jnp.arange(num_trees), old_at, in_tree, counted, forest.leaf_count, moves, log_u, noise)
+    xs = (jnp.arange(num_trees), old_at, in_tree, counted, remapped_of_kind, forest.leaf_count, moves, log_u, noise)
     carry = (
         tuple(state.resid[start:stop] for start, stop in bounds),
         cell_indices,
         tuple(cell_indices[0, start:stop] for start, stop in bounds),
         jnp.zeros(heap_size, jnp.float32),
-        jnp.full((2, 4), -1, jnp.int32),
+        jnp.full((2, 2), -1, jnp.int32),
     )
     carry, (outs, flags) = lax.scan(body, carry, xs)
     leaf_tree = outs[:, :, 0]
