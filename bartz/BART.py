@@ -94,6 +94,7 @@ def gbart(
     mc_cores=1,
     maxdepth=6,
     min_points_per_leaf=5,
+    moves=None,
     save_yhat_train=True,
     max_memory=grove.DEFAULT_MAX_MEMORY,
     devices=None,
@@ -198,6 +199,13 @@ def gbart(
         Levels of the tree arrays (bartz only), 2 to 8.
     min_points_per_leaf
         A split must leave at least this many points in each child (R: 5).
+    moves
+        The tree moves of the sampler and their probabilities (bartz only;
+        see `bartz.moves`): None for the default ``{'grow': 0.25, 'prune':
+        0.25, 'change': 0.4, 'swap': 0.1}`` (the mix of BayesTree and
+        dbarts), a sequence of names (their default probabilities renormalised;
+        ``('grow', 'prune')`` is the classical grow/prune sampler), or a
+        dict ``{name: probability}``. 'grow' and 'prune' are required.
     save_yhat_train
         Keep the ``(ndpost, n)`` training draws (R always does); set False
         on huge n to save memory (``yhat_train_mean`` is still computed).
@@ -275,6 +283,7 @@ def gbart(
         rm_const=rm_const,
         save_yhat_train=save_yhat_train,
         warmstart=warmstart,
+        moves=moves,
     )
     mesh = _checks.make_mesh(devices, num_chain_devices, num_data_devices, settings.mc_cores)
     _checks.check_warmstart(settings.warmstart, mesh)
@@ -403,6 +412,7 @@ def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh):
         logit_offset=prior.offset if outcome.name == 'lbart' else None,
         valid=valid,
         dart=dart if settings.sparse else None,
+        move_probs=settings.move_probs,
     )
     # one chain on one device runs the plain sweep (no chain axis to vmap over)
     num_chains = None if mesh is None and mc_cores == 1 else mc_cores

@@ -16,6 +16,7 @@ import pandas as pd
 from jax import numpy as jnp
 
 from bartz import grove, sharding
+from bartz.moves import move_probs_array
 
 
 def _check_int(name, value, minimum, *, allow_none=False):
@@ -167,6 +168,7 @@ class Settings(NamedTuple):
     rm_const: bool
     save_yhat_train: bool
     warmstart: int  # grow-from-root sweeps before the MCMC
+    move_probs: object = None  # (4,) float32 numpy: grow, prune, change, swap
 
 
 def check_settings(
@@ -201,6 +203,7 @@ def check_settings(
     rm_const,
     save_yhat_train,
     warmstart=0,
+    moves=None,
 ) -> Settings:
     """Check the scalar arguments of `bartz.gbart`; ``outcome`` (a
     `bartz.priors.OutcomeType`) gives the defaults of ``ntree`` and
@@ -246,6 +249,7 @@ def check_settings(
         rm_const=bool(rm_const),
         save_yhat_train=bool(save_yhat_train),
         warmstart=_check_int('warmstart', warmstart, 0),
+        move_probs=move_probs_array(moves),
     )
 
 

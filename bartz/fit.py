@@ -474,6 +474,8 @@ def package(
     fit.accept_rate = {
         'grow': info.grow_accepted / max(info.grow_proposed, 1),
         'prune': info.prune_accepted / max(info.prune_proposed, 1),
+        'change': info.change_accepted / max(info.change_proposed, 1),
+        'swap': info.swap_accepted / max(info.swap_proposed, 1),
     }
     fit.elapsed = info.elapsed
 

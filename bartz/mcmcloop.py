@@ -56,6 +56,10 @@ class RunInfo(NamedTuple):
     elapsed: float  # seconds, compilation included
     compile_time: float  # seconds spent in the first chunk beyond the others' rate
     interrupted: bool  # stopped early by Ctrl-C
+    change_proposed: int = 0
+    change_accepted: int = 0
+    swap_proposed: int = 0
+    swap_accepted: int = 0
 
 
 
@@ -123,6 +127,7 @@ def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: st
         probit_threshold=opt(state.probit_threshold, P()),
         dart=None if state.dart is None else mcmcstep.Dart(*(P(C) for _ in mcmcstep.Dart._fields)),
         logit_offset=opt(state.logit_offset, P()),
+        move_probs=opt(state.move_probs, P()),
     )
 
 
@@ -419,7 +424,7 @@ def run_mcmc(
     done_iters = 0
     burn_sigma2 = []
     traces = []
-    totals = np.zeros(4, np.int64)
+    totals = np.zeros(len(mcmcstep.StepInfo._fields), np.int64)
     start_time = time.perf_counter()
     first_chunk_time = None
     interrupted = False
@@ -443,7 +448,7 @@ def run_mcmc(
             if num_draws:
                 traces.append(jax.tree.map(lambda b: b[:num_draws], out.draws))
             done_iters += iters
-            totals += np.array([out.info.grow_proposed, out.info.grow_accepted, out.info.prune_proposed, out.info.prune_accepted])
+            totals += np.array([np.sum(x) for x in out.info])  # the StepInfo fields, in order
             dt = time.perf_counter() - t0
             if first_chunk_time is None:
                 first_chunk_time = (dt, iters)
@@ -453,6 +458,8 @@ def run_mcmc(
                 'total': total,
                 'grow_acc': totals[1] / max(totals[0], 1),
                 'prune_acc': totals[3] / max(totals[2], 1),
+                'change_acc': totals[5] / max(totals[4], 1),
+                'swap_acc': totals[7] / max(totals[6], 1),
                 'mean_leaves': float(out.mean_leaves),
                 'sigma': None if is_binary else float(np.mean(np.sqrt(last_sigma2))) * sigma_scale,
                 'elapsed': time.perf_counter() - start_time,
@@ -491,6 +498,10 @@ def run_mcmc(
         elapsed=elapsed,
         compile_time=compile_time,
         interrupted=interrupted,
+        change_proposed=int(totals[4]),
+        change_accepted=int(totals[5]),
+        swap_proposed=int(totals[6]),
+        swap_accepted=int(totals[7]),
     )
     return state, trace, run_info
 

@@ -8,20 +8,22 @@ recompile.
 
 One `step` is Chipman, George & McCulloch's "Bayesian backfitting":
 
-1. For every tree at once (``vmap``), propose GROW (split a growable leaf) or
-   PRUNE (collapse a node whose two children are leaves), and compute the
-   tree-structure part of the Metropolis-Hastings ratio (proposal and prior
-   probabilities). Moves depend only on the tree's own structure, so they can
-   be drawn in parallel before the sequential part.
-2. Move every point to its leaf in the finer of the current and proposed
-   structures of each tree (for all trees at once: a tree's leaf indices do
-   not change in the sweep before its turn).
+1. For every tree at once (``vmap``), propose a move (GROW, PRUNE, CHANGE or
+   SWAP, `bartz.moves`) and compute the tree-structure part of its
+   Metropolis-Hastings ratio (proposal and prior probabilities). Moves
+   depend only on the tree's own structure, so they are drawn in parallel
+   before the sequential part.
+2. Move every point to its "cell" for its tree's move (for all trees at
+   once, `bartz.kernels.cell_partitions`: a tree's leaf indices do not
+   change in the sweep before its turn). A cell determines the point's leaf
+   in both the current and the proposed tree.
 3. Sequentially over trees (``lax.scan``), one pass over the data per tree:
-   apply the previous tree's change to the residuals (one lookup of
-   ``old - new`` leaf values), sum the residuals per leaf of the finer
-   structure with one scatter-add, add back the tree's own old values
-   (constant per leaf), accept or reject with the exact marginal-likelihood
-   ratio, and draw all leaf values from their conjugate Gaussian posterior.
+   apply the previous tree's change to the residuals (one lookup of ``old -
+   new`` leaf values by cell), sum the residuals per cell with one
+   scatter-add, count the points (and sum the precision weights) of the few
+   cells the move regroups, add back the tree's own old values (constant
+   per cell), accept or reject with the exact marginal-likelihood ratio,
+   and draw all leaf values from their conjugate Gaussian posterior.
 4. Draw the error variance from its conjugate inverse gamma (continuous
    outcome) or the probit latent variables (binary outcome).
 
@@ -30,6 +32,12 @@ from sweep to sweep and updated incrementally in float32; `refresh`
 recomputes them exactly from the trees, against the slow drift of rounding
 errors over long runs (`bartz.mcmcloop.run_mcmc` calls it every
 `bartz.mcmcloop.REFRESH_EVERY` iterations).
+
+Layout: the statistics of the moves live in `bartz.moves`, the data-axis
+kernels (scatter lanes, unbatched vmaps on CPU, data blocks) in
+`bartz.kernels`, the random numbers in `bartz._random`; this module holds
+the state, `init`, the sweep and the other Gibbs updates. No draw depends on
+the number of CPU cores (the data blocks only change float rounding).
 
 The marginal likelihood of a leaf with precision sum ``P = sum_i 1 / (sigma^2
 w_i^2)`` and weighted residual sum ``S = sum_i r_i / (sigma^2 w_i^2)`` is
@@ -41,20 +49,18 @@ Tree prior (as R's BART): a node at depth ``d`` is internal with probability
 some predictor still has a usable cut-point in it), else 0; the split
 variable is drawn among the predictors with a usable cut-point (uniformly, or
 with DART probabilities), the split index uniformly among the usable ones.
-Like R's BART, a GROW is rejected when a child would hold fewer than
-``min_points_per_leaf`` points; this makes the target the prior restricted to
-trees whose leaves all have that many points, times the likelihood, and the
-MH ratio stays exact for it.
+Like R's BART, a move is rejected when a leaf of the proposed tree would hold
+fewer than ``min_points_per_leaf`` points; this makes the target the prior
+restricted to trees whose leaves all have that many points, times the
+likelihood, and the MH ratio stays exact for it.
 
 References
 ----------
-Chipman, George & McCulloch (2010), "BART: Bayesian additive regression
+Chipman, George & McCulloch (1998), "Bayesian CART model search", JASA
+93(443). Chipman, George & McCulloch (2010), "BART: Bayesian additive regression
 trees", Ann. Appl. Stat. 4(1).
 """
 
-import functools
-import math
-import os
 from typing import NamedTuple
 
 import jax
@@ -63,7 +69,22 @@ from jax import lax, random
 from jax import numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
-from bartz import grove, polyagamma
+from bartz import grove, kernels, polyagamma
+from bartz._random import (  # noqa: F401 (fold_in is public here; the others are used by tests and peers)
+    _gamma,
+    _normal_from_words,
+    _point_uniforms,
+    _random_words,
+    _split,
+    _threefry2x32,
+    _uniform,
+    _unit_float,
+    fold_in,
+)
+from bartz.kernels import _data_blocks, _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401
+from bartz.moves import move_probs_array
+from bartz.moves import Moves
+from bartz.moves import propose_tree as _propose_tree
 
 __all__ = [
     'Dart',
@@ -114,6 +135,7 @@ class State(NamedTuple):
     probit_threshold: jax.Array | None  # () float32: latent > threshold iff y = 1 (= -offset)
     dart: 'Dart | None'  # DART variable selection; None if off
     logit_offset: jax.Array | None = None  # () float32: logistic (lbart) offset; None unless logistic
+    move_probs: jax.Array | None = None  # (4,) float32: grow, prune, change, swap; None: the defaults
 
 
 class Dart(NamedTuple):
@@ -135,6 +157,10 @@ class StepInfo(NamedTuple):
     grow_accepted: jax.Array  # () int32
     prune_proposed: jax.Array  # () int32
     prune_accepted: jax.Array  # () int32
+    change_proposed: jax.Array  # () int32
+    change_accepted: jax.Array  # () int32
+    swap_proposed: jax.Array  # () int32
+    swap_accepted: jax.Array  # () int32
 
 
 def _uint_for(max_value: int):
@@ -164,6 +190,7 @@ def init(
     valid: jax.Array | None = None,
     dart: dict | None = None,
     logit_offset: float | None = None,
+    move_probs=None,
 ) -> State:
     """Make the initial state: every tree a single leaf with value 0.
 
@@ -216,6 +243,14 @@ def init(
         the Gaussian pseudo-responses minus the offset and `prec_weights`
         the Polya-Gamma variables (per chain), so `prec_weights` must be
         None.
+    move_probs
+        The tree moves and their probabilities (see `bartz.moves`): None
+        for the default ``{'grow': 0.25, 'prune': 0.25, 'change': 0.4,
+        'swap': 0.1}`` (as BayesTree and dbarts), a sequence of names (their
+        default probabilities, renormalised: ``('grow', 'prune')`` is the
+        classical sampler), or a dict ``{name: probability}``. Validated
+        here (`bartz.moves.move_probs_array`); stored as an array, so
+        changing it does not recompile.
     valid
         Optional ``(n,)`` bool mask of real points. Other points (padding, so
         that ``n`` divides among devices) get leaf index 0, an unused heap
@@ -293,6 +328,7 @@ def init(
         probit_threshold=threshold,
         dart=None if dart is None else _init_dart(dart, max_split),
         logit_offset=np.float32(logit_offset) if logistic else None,
+        move_probs=move_probs_array(move_probs),
     )
     # distinct device buffers for every field, so that the state can be donated
     return jax.tree.map(lambda x: x if x is X else jax.device_put(x), state)
@@ -313,350 +349,23 @@ def _init_dart(options: dict, max_split) -> Dart:
     )
 
 
-class Moves(NamedTuple):
-    """Proposed move of each tree (leading axis: trees)."""
-
-    allowed: jax.Array  # bool: a move is possible
-    grow: jax.Array  # bool: GROW (else PRUNE)
-    node: jax.Array  # int32: leaf to grow, or node to prune
-    var: jax.Array  # int32: split variable of a grow
-    split: jax.Array  # int32: split index of a grow
-    log_ratio_tree: jax.Array  # float32: log of proposal ratio times prior ratio
-    leaf: jax.Array  # (H,) bool: leaf mask of the current tree
-
-
-@functools.cache
-def _ancestor_tables(heap_size: int):
-    """Static tables of the ancestors of each node.
-
-    ``anc[k, j]`` is the ancestor of node ``k`` at level ``j``, ``valid[k, j]``
-    says it is a proper ancestor, ``right[k, j]`` says the path to ``k`` turns
-    right at it.
-    """
-    depth = heap_size.bit_length() - 1
-    levels = depth - 1
-    nodes = np.arange(heap_size)
-    node_level = grove.node_depths(heap_size)
-    anc = np.zeros((heap_size, max(levels, 1)), np.int32)
-    valid = np.zeros_like(anc, bool)
-    right = np.zeros_like(anc, bool)
-    for k in nodes[1:]:
-        d = node_level[k]
-        for j in range(d):
-            anc[k, j] = k >> (d - j)
-            valid[k, j] = True
-            right[k, j] = (k >> (d - j - 1)) & 1
-    return anc, valid, right
-
-
-def _num_exhausted(var_tree, split_tree, max_split, heap_size):
-    """Number of predictors with no usable split index left at each node.
-
-    A predictor is exhausted at a node when the splits on it along the path
-    leave no split index between them; it stays exhausted below. Only the
-    parent's split variable can become exhausted at a child, so the count
-    accumulates along the path: O(H * depth) per tree, independent of p.
-    """
-    anc, valid, right = _ancestor_tables(heap_size)
-    half = heap_size // 2
-    var = var_tree.astype(jnp.int32)
-    cut = split_tree.astype(jnp.int32)
-    # range of each internal node's own split variable at that node
-    path_var = var[anc[:half]]  # (H/2, L)
-    path_cut = cut[anc[:half]]
-    same = (path_var == var[:, None]) & valid[:half]
-    lo = jnp.max(jnp.where(same & right[:half], path_cut, 0), axis=1)
-    hi = jnp.min(jnp.where(same & ~right[:half], path_cut - 1, max_split[var][:, None]), axis=1)
-    # the variable is newly exhausted at the left child if no index is left
-    # in [lo + 1, cut - 1], at the right child if none in [cut + 1, hi]
-    left_exhausted = cut - 1 <= lo
-    right_exhausted = hi <= cut
-    newly = jnp.stack([left_exhausted, right_exhausted], axis=1).reshape(heap_size)  # node 2k + r
-    newly = newly.at[:2].set(False)  # nodes 0 and 1 have no parent split
-    on_path = jnp.where(valid, newly[anc], False)  # proper ancestors, the root contributes 0
-    return newly.astype(jnp.int32) + jnp.sum(on_path, axis=1, dtype=jnp.int32)
-
-
-def _choose(mask, u):
-    """Index of a uniformly chosen True entry of `mask` (0 if none), from one
-    uniform ``u`` in (0, 1): the ``floor(u * count)``-th True entry."""
-    count = jnp.sum(mask, dtype=jnp.int32)
-    k = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
-    return jnp.argmax(jnp.cumsum(mask, dtype=jnp.int32) > k)
-
-
-def _choose_weighted(weight, u):
-    """Index drawn with probability proportional to the non-negative
-    `weight` (0 if all zero), from one uniform ``u`` in (0, 1)."""
-    cum = jnp.cumsum(weight)
-    return jnp.argmax(cum > u * cum[-1])
-
-
-def _propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal):
-    """Propose a move for one tree (the data enter in the sweep)."""
-    half = split_tree.shape[0]
-    heap_size = 2 * half
-    depth_of = jnp.asarray(grove.node_depths(heap_size))
-    # all the randomness of the proposal from five uniforms (one RNG call
-    # for the forest: random bits dominate the cost of this phase on CPU);
-    # the leaf, node and variable are chosen by inverse cdf
-    p = max_split.shape[0]
-    u_move, u_split, u_leaf, u_nog, u_var = u
-
-    leaf = grove.is_leaf(split_tree)
-    nog = jnp.concatenate([grove.is_nog(split_tree), jnp.zeros(half, bool)])
-
-    avail_root = jnp.sum(max_split > 0)
-    n_avail = avail_root - _num_exhausted(var_tree, split_tree, max_split, heap_size)  # (H,)
-    p_split = jnp.where(n_avail > 0, p_nonterminal[depth_of], 0.0)
-    growable = leaf & (p_split > 0)
-    num_growable = jnp.sum(growable)
-    num_nog = jnp.sum(nog)
-
-    p_grow = jnp.where(num_nog == 0, 1.0, jnp.where(num_growable == 0, 0.0, 0.5))
-    grow = u_move < p_grow
-    possible = (num_growable > 0) | (num_nog > 0)
-
-    # GROW: leaf, variable, split index
-    leaf_node = _choose(growable, u_leaf)
-    d = depth_of[leaf_node]
-    anc, valid, right = _ancestor_tables(heap_size)
-    path_var = var_tree.astype(jnp.int32)[jnp.asarray(anc)[leaf_node]]  # (L,)
-    path_cut = split_tree.astype(jnp.int32)[jnp.asarray(anc)[leaf_node]]
-    path_valid = jnp.asarray(valid)[leaf_node]
-    path_right = jnp.asarray(right)[leaf_node]
-    on_var = (path_var[None, :] == jnp.arange(p)[:, None]) & path_valid[None, :]  # (p, L)
-    var_lo = jnp.max(jnp.where(on_var & path_right, path_cut, 0), axis=1)
-    var_hi = jnp.min(jnp.where(on_var & ~path_right, path_cut - 1, max_split[:, None]), axis=1)
-    num_splits = var_hi - var_lo  # (p,)
-    usable = num_splits > 0
-    shift = jnp.max(jnp.where(usable, log_s, -jnp.inf))
-    var_weight = jnp.where(usable, jnp.exp(log_s - jnp.where(jnp.isfinite(shift), shift, 0.0)), 0.0)
-    var = _choose_weighted(var_weight, u_var)
-    lo_v = var_lo[var]
-    hi_v = var_hi[var]
-    split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
-    split = jnp.minimum(split, hi_v)
-    avail_left = n_avail[leaf_node] - (split - 1 <= lo_v)
-    avail_right = n_avail[leaf_node] - (hi_v <= split)
-    p_child = p_nonterminal[jnp.minimum(d + 1, p_nonterminal.shape[0] - 1)]
-    p_split_left = jnp.where(avail_left > 0, p_child, 0.0)
-    p_split_right = jnp.where(avail_right > 0, p_child, 0.0)
-    p_split_leaf = p_split[leaf_node]
-    new_growable = num_growable - 1 + (p_split_left > 0) + (p_split_right > 0)
-    sibling_leaf = leaf[leaf_node ^ 1] & (leaf_node != 1)
-    new_nog = num_nog + 1 - sibling_leaf
-    new_p_prune = jnp.where(new_growable == 0, 1.0, 0.5)
-    log_ratio_grow = (
-        jnp.log(new_p_prune / new_nog)
-        - jnp.log(p_grow / num_growable)
-        + jnp.log(p_split_leaf)
-        + jnp.log1p(-p_split_left)
-        + jnp.log1p(-p_split_right)
-        - jnp.log1p(-p_split_leaf)
-    )
-
-    # PRUNE: node whose children are both leaves
-    prune_node = _choose(nog, u_nog)
-    child = 2 * prune_node
-    p_split_node = p_split[prune_node]
-    pruned_growable = num_growable - growable[child] - growable[child + 1] + 1
-    new_p_grow = jnp.where(prune_node == 1, 1.0, 0.5)
-    log_ratio_prune = (
-        jnp.log(new_p_grow / pruned_growable)
-        - jnp.log((1.0 - p_grow) / num_nog)
-        + jnp.log1p(-p_split_node)
-        - jnp.log(p_split_node)
-        - jnp.log1p(-p_split[child])
-        - jnp.log1p(-p_split[child + 1])
-    )
-
-    # an impossible move gets node 1, so the sweep's bookkeeping stays in bounds
-    node = jnp.where(possible, jnp.where(grow, leaf_node, prune_node), 1).astype(jnp.int32)
-    return Moves(
-        allowed=possible,
-        grow=grow,
-        node=node,
-        var=var.astype(jnp.int32),
-        split=split.astype(jnp.int32),
-        log_ratio_tree=jnp.where(grow, log_ratio_grow, log_ratio_prune).astype(jnp.float32),
-        leaf=leaf,
-    )
-
-
 def propose_moves(key, state: State) -> Moves:
-    """Propose a GROW or PRUNE for every tree at once."""
+    """Propose a move (GROW, PRUNE, CHANGE or SWAP, see `bartz.moves`) for
+    every tree at once."""
     forest = state.forest
     num_trees = forest.split_tree.shape[0]
-    u = _uniform(key, (num_trees, 5))
-    return jax.vmap(_propose_tree, in_axes=(0, 0, 0, None, None, None))(
-        u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal
+    u = _uniform(key, (num_trees, 4))
+    move_probs = _move_probs(state)
+    return jax.vmap(_propose_tree, in_axes=(0, 0, 0, None, None, None, None))(
+        u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
     )
 
 
-def _threefry2x32(key0, key1, x0, x1):
-    """The Threefry-2x32 block cipher (20 rounds; Salmon et al. 2011), the
-    generator of JAX's default keys, written out in array operations.
+def _move_probs(state: State):
+    if state.move_probs is None:
+        return jnp.asarray(move_probs_array(None))
+    return state.move_probs
 
-    JAX's own CPU lowering runs the rounds in a rolled loop of five
-    iterations, each a dozen small kernels: in the sweep, about ten such
-    loops per iteration. Written out, each call is one fused kernel.
-    """
-    key2 = key0 ^ key1 ^ np.uint32(0x1BD11BDA)
-    keys = (key0, key1, key2)
-    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
-    x0 = x0 + key0
-    x1 = x1 + key1
-    for i in range(5):
-        for r in rotations[i % 2]:
-            x0 = x0 + x1
-            x1 = (x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))
-            x1 = x1 ^ x0
-        x0 = x0 + keys[(i + 1) % 3]
-        x1 = x1 + keys[(i + 2) % 3] + np.uint32(i + 1)
-    return x0, x1
-
-
-def _random_words(key, num):
-    """`num` random uint32 words from a threefry `key`: the cipher applied
-    to the counters 0, 1, ...; None for other kinds of keys."""
-    data = random.key_data(key)
-    if data.shape != (2,) or data.dtype != jnp.uint32:
-        return None
-    half = -(-num // 2)
-    count = jnp.arange(half, dtype=jnp.uint32)
-    x0, x1 = _threefry2x32(data[0], data[1], count, jnp.zeros_like(count))
-    return jnp.concatenate([x0, x1])[:num]
-
-
-def _uniform(key, shape):
-    """Uniforms in (0, 1) (as ``random.uniform(key, shape, minval=tiny)``,
-    another stream of the same generator)."""
-    num = math.prod(shape)
-    words = _random_words(key, num)
-    tiny = jnp.finfo(jnp.float32).tiny
-    if words is None:
-        return random.uniform(key, shape, minval=tiny, maxval=1.0)
-    return jnp.maximum(_unit_float(words), tiny).reshape(shape)
-
-
-def fold_in(key, data):
-    """``random.fold_in(key, data)`` for a uint32-range `data`, bit for bit,
-    with the cipher written out (`_threefry2x32`); other kinds of keys go
-    to `random.fold_in`."""
-    key_words = random.key_data(key)
-    if key_words.shape != (2,) or key_words.dtype != jnp.uint32:
-        return random.fold_in(key, data)
-    data = jnp.asarray(data).astype(jnp.uint32)
-    y0, y1 = _threefry2x32(key_words[0], key_words[1], jnp.zeros_like(data), data)
-    return random.wrap_key_data(jnp.stack([y0, y1]), impl='threefry2x32')
-
-
-_GAMMA_MAX_TRIES = 1 << 16
-
-
-def _gamma(key, alpha):
-    """A Gamma(`alpha`, 1) draw by Marsaglia & Tsang's (2000) rejection
-    method, from uniforms of `_threefry2x32` (as `random.gamma`, another
-    stream; its loop calls JAX's rolled cipher several times per try)."""
-    key_words = random.key_data(key)
-    if key_words.shape != (2,) or key_words.dtype != jnp.uint32:
-        return random.gamma(key, alpha)
-    tiny = jnp.finfo(jnp.float32).tiny
-
-    def uniforms(counter):
-        words = _threefry2x32(key_words[0], key_words[1], counter, jnp.uint32(1))
-        return [jnp.maximum(_unit_float(w), tiny) for w in words]
-
-    # alpha < 1: Gamma(alpha) = Gamma(alpha + 1) * U^(1 / alpha)
-    boost = alpha < 1
-    shape = jnp.where(boost, alpha + 1, alpha)
-    d = shape - 1.0 / 3.0
-    c = lax.rsqrt(9.0 * d)
-
-    def body(carry):
-        counter, _, _ = carry
-        u_normal, u_accept = uniforms(counter)
-        x = ndtri(u_normal)
-        v = (1.0 + c * x) ** 3
-        ok = (v > 0) & (jnp.log(u_accept) < 0.5 * x * x + d - d * v + d * jnp.log(jnp.maximum(v, tiny)))
-        return counter + 1, ok, d * v
-
-    # a try is accepted with probability above 0.95 for any finite shape;
-    # a NaN or infinite shape ends the loop at once (and gives NaN), the
-    # cap keeps it finite whatever happens
-    finite = jnp.isfinite(d)
-
-    def more(carry):
-        counter, ok, _ = carry
-        return ~ok & finite & (counter < _GAMMA_MAX_TRIES)
-
-    _, _, value = lax.while_loop(more, body, (jnp.uint32(1), jnp.bool_(False), d))
-    value = jnp.where(finite, value, jnp.nan)
-    u_boost, _ = uniforms(jnp.uint32(0))
-    return jnp.where(boost, value * u_boost ** (1.0 / alpha), value)
-
-
-def _normal_quantile(u):
-    """Standard normal quantile of `u` in (0, 1), float32: Wichura's
-    algorithm AS 241 (PPND7), three rational functions of degree 3.
-
-    As accurate as `jax.scipy.special.ndtri` in float32 (relative error
-    below 4e-7 on the grid of `_uniform`, tails included) at about 60% of
-    its cost, which matters for the leaf noise of a sweep (trees x heap
-    size values per iteration): ``ndtri`` evaluates six rational functions
-    of degree 8 and two logarithms per value.
-
-    References
-    ----------
-    Wichura, M. J. (1988). Algorithm AS 241: The percentage points of the
-    normal distribution. Applied Statistics 37(3), 477-484.
-    """
-    q = u - 0.5
-    r = 0.180625 - q * q
-    central = q * _poly(_PPND7_A, r) / _poly(_PPND7_B, r)
-    s = jnp.sqrt(-jnp.log(jnp.minimum(u, 1.0 - u)))
-    near = s <= 5.0
-    t = jnp.where(near, s - 1.6, s - 5.0)
-    num = jnp.where(near, _poly(_PPND7_C, t), _poly(_PPND7_E, t))
-    den = jnp.where(near, _poly(_PPND7_D, t), _poly(_PPND7_F, t))
-    return jnp.where(jnp.abs(q) <= 0.425, central, jnp.where(q < 0, -num, num) / den)
-
-
-def _poly(coef, x):
-    """``sum(coef[k] * x**k)`` by Horner's rule."""
-    out = jnp.full_like(x, coef[-1])
-    for c in coef[-2::-1]:
-        out = out * x + c
-    return out
-
-
-# AS 241 PPND7: central region |u - 1/2| <= 0.425, then the tails for
-# sqrt(-log(min(u, 1 - u))) up to 5 and beyond
-_PPND7_A = (3.3871327179, 50.434271938, 159.29113202, 59.109374720)
-_PPND7_B = (1.0, 17.895169469, 78.757757664, 67.187563600)
-_PPND7_C = (1.4234372777, 2.7568153900, 1.3067284816, 0.17023821103)
-_PPND7_D = (1.0, 0.73700164250, 0.12021132975)
-_PPND7_E = (6.6579051150, 3.0812263860, 0.42868294337, 0.017337203997)
-_PPND7_F = (1.0, 0.24197894225, 0.012258202635)
-
-
-def _unit_float(words):
-    """Floats in [0, 1) from uint32 words: 23 random mantissa bits in
-    [1, 2), minus 1."""
-    return lax.bitcast_convert_type((words >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - 1.0
-
-
-def _split(key, num):
-    """`num` new keys from `key` (as ``random.split``, another stream)."""
-    words = _random_words(key, 2 * num)
-    if words is None:
-        return random.split(key, num)
-    return random.wrap_key_data(words.reshape(2, num).T, impl='threefry2x32')
-
-
-def _psum(x, axis_name):
-    return x if axis_name is None else lax.psum(x, axis_name)
 
 
 def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
@@ -666,152 +375,59 @@ def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
     return 0.5 * jnp.log(inv_tau2 / post_prec) + 0.5 * scaled_sum**2 / post_prec
 
 
-def _leaf_sums(indices, values, size):
-    """``zeros(size).at[indices].add(values)`` for uint8 `indices`, fast.
-
-    The scatter reads the uint8 indices as they are (JAX would widen them
-    to int32 first: a pass over the data and four times the bytes).
-    Consecutive points are spread over several copies of the bins, as many
-    as fit uint8 indices: XLA's CPU scatter adds the values
-    one after the other, and consecutive points mostly fall in the same
-    leaf, so each add would wait for the previous one to land (on GPU, they
-    would contend for the same atomic). Together about twice as fast at
-    n = 100,000 on CPU. Under `vmap` (several chains) on CPU, one scatter
-    per chain (`_unbatched_on_cpu`).
-    """
-    return _unbatched_on_cpu(functools.partial(_leaf_sums_impl, size=size))(indices, values)
-
-
-def _leaf_sums_impl(indices, values, size):
-    n = indices.shape[0]
-    lanes = 256 // size if n >= _SCATTER_LANES_MIN_POINTS else 1
-    if lanes > 1:
-        lane = (jnp.arange(n, dtype=jnp.int32) & (lanes - 1)).astype(jnp.uint8)
-        indices = (indices << (lanes.bit_length() - 1)) | lane
-    dims = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,))
-    copies = lax.scatter_add(
-        jnp.zeros(size * lanes, values.dtype), indices[:, None], values, dims, mode=lax.GatherScatterMode.FILL_OR_DROP
-    )
-    return copies if lanes == 1 else copies.reshape(size, lanes).sum(axis=1)
-
-
-_SCATTER_LANES_MIN_POINTS = 0  # (a knob for the tests: all n gain, n = 1,000 by 3-8%)
-
-
-def _lookup(table, indices):
-    """``table[indices]`` for in-bounds uint8 `indices`, read as they are
-    (JAX would widen them to int32 and wrap negative indices first)."""
-    return _unbatched_on_cpu(_lookup_impl)(table, indices)
-
-
-def _lookup_impl(table, indices):
-    dims = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
-    return lax.gather(table, indices[:, None], dims, (1,), mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
-
-
-def _unbatched_on_cpu(fun):
-    """`fun` whose `vmap` on CPU calls it once per batch element.
-
-    XLA's CPU scatters and gathers with a batch dimension run about twice as
-    slow per element as one plain scatter per element of the batch (several
-    chains on one CPU device are vmapped). Elsewhere, or for batches larger
-    than `_MAX_UNBATCHED` (the program grows with the batch), the usual
-    `vmap`.
-    """
-
-    @jax.custom_batching.custom_vmap
-    def wrapped(*args):
-        return fun(*args)
-
-    @wrapped.def_vmap
-    def rule(axis_size, in_batched, *args):
-        if jax.default_backend() != 'cpu' or axis_size > _MAX_UNBATCHED:
-            axes = [0 if b else None for b in in_batched]
-            return jax.vmap(fun, in_axes=axes)(*args), True
-        outs = [wrapped(*(a[i] if b else a for a, b in zip(args, in_batched, strict=True))) for i in range(axis_size)]
-        return jnp.stack(outs), True
-
-    return wrapped
-
-
-_MAX_UNBATCHED = 16
-
-
-def _data_blocks(n):
-    """Split ``range(n)`` into blocks that `_sweep_trees` processes with
-    independent kernels, which XLA's CPU runtime overlaps (a scatter runs
-    on one thread). One block below `_BLOCK_MIN_POINTS` points (kernel
-    overhead dominates) or off CPU; else 1 to 4 blocks per CPU core (at
-    most 8 in all, about 2**14 points or more each; measured on 2 cores:
-    a multiple of the core count works best), boundaries multiple of 128."""
-    if n < _BLOCK_MIN_POINTS or jax.default_backend() != 'cpu':
-        return [(0, n)]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
-    per_core = max(1, min(4, n // (cores * 2**14)))
-    blocks = min(8, cores * per_core)
-    bounds = [0] + [n * b // blocks // 128 * 128 for b in range(1, blocks)] + [n]
-    return list(zip(bounds[:-1], bounds[1:]))
-
-
-_BLOCK_MIN_POINTS = 2**15
-
-
-def _propose_partitions(state: State, moves: Moves):
-    """Move every point to its leaf in the proposed structure of its tree.
-
-    A GROW sends the points of the grown leaf to its children; a PRUNE leaves
-    the points in the children of the pruned node. The result ("fine"
-    indices) is the finer of the current and proposed partitions, from which
-    the sweep reads both. Tree ``j``'s leaf indices do not change in the
-    sweep before tree ``j``, so this is done before the sweep, in place in
-    the ``(m, n)`` index array, for groups of trees whose temporaries take
-    about `_PROPOSE_GROUP_BYTES` (all trees at once for small n).
-    """
-    leaf_indices = state.forest.leaf_indices
-    num_trees, n = leaf_indices.shape
-    group = _largest_divisor(num_trees, max(1, _PROPOSE_GROUP_BYTES // max(n, 1)))
-
-    def fine_rows(rows, grow, node, var, split):
-        idx = rows.astype(jnp.int32)
-        x = state.X[var].astype(jnp.int32)
-        node = node[:, None]
-        fine = jnp.where(grow[:, None] & (idx == node), 2 * node + (x >= split[:, None]), idx)
-        return fine.astype(rows.dtype)
-
-    fields = (moves.grow, moves.node, moves.var, moves.split)
-    if group == num_trees:
-        return fine_rows(leaf_indices, *fields)
-
-    def body(g, leaf_indices):
-        start = g * group
-        rows = lax.dynamic_slice_in_dim(leaf_indices, start, group)
-        args = [lax.dynamic_slice_in_dim(a, start, group) for a in fields]
-        return lax.dynamic_update_slice_in_dim(leaf_indices, fine_rows(rows, *args), start, 0)
-
-    return lax.fori_loop(0, num_trees // group, body, leaf_indices)
-
-
-_PROPOSE_GROUP_BYTES = 2**22
-
-
-def _largest_divisor(m, at_most):
-    return max(d for d in range(1, min(m, at_most) + 1) if m % d == 0)
-
-
 def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
-    """Accept/reject the moves and redraw the leaves, one tree after the other."""
+    """Accept/reject the moves and redraw the leaves, one tree after the other.
+
+    Per tree, one pass over the data. A move regroups the points of at most
+    two leaves into at most four cells (heap slots, `bartz.moves.Moves`);
+    the pass sums the residuals by slot (one scatter), with weights also
+    the precisions (the same scatter: every precision sum is fresh, never a
+    difference of larger sums, which would lose all digits of a small leaf
+    among millions of points), and counts the points of at most two cells
+    (the others are carried integer counts, or differences of them, which
+    are exact). The statistics of the leaves of the current and of the
+    proposed tree are sums over cells, the log marginal likelihood ratio is
+    exact (leaves the move does not touch cancel exactly), and every leaf of
+    the final tree gets its conjugate draw. The tree's change in the
+    residuals, ``old - new`` value by slot, is applied with the next tree's
+    pass.
+    """
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
-    # one RNG call: the acceptance uniforms and the leaf noise (by inverse cdf)
-    u = _uniform(key, (num_trees, 1 + heap_size))
-    log_u = jnp.log(u[:, 0])
-    noise = _normal_quantile(u[:, 1:])
+    # one RNG call: the acceptance uniforms and the leaf noise
+    log_u, noise = _accept_and_noise(key, num_trees, heap_size)
     inv_sigma2 = 1.0 / state.sigma2
     inv_tau2 = 1.0 / state.leaf_prior_var
     prec_weights = state.prec_weights
     weighted = prec_weights is not None
     min_points = state.min_points_per_leaf
-    fine_indices = _propose_partitions(state, moves)
+    cell_indices = kernels.cell_partitions(
+        state.X, forest.leaf_indices, moves.var, moves.split, moves.remap_leaf, moves.remap_cell
+    )
+
+    # for all trees at once, outside the loop over trees: this tree's
+    # current value on each slot (its leaf's; for a cell, its current
+    # leaf's), the leaf masks of the current and proposed trees, and the
+    # (at most two) cells whose points are counted: GROW's left cell,
+    # CHANGE's two cells that change side, SWAP's cell that leaves the
+    # sibling (cells in `bartz.moves` order)
+    used = moves.cells >= 0  # (m, 4)
+    at_cell = jnp.clip(moves.cells, 0, heap_size - 1)
+    cell_old = jnp.clip(moves.cell_old, 0, heap_size - 1)
+    old_at = jnp.where(moves.identity, forest.leaf_tree, 0.0)
+    old_at = old_at.at[jnp.arange(num_trees)[:, None], at_cell].add(
+        jnp.where(used, jnp.take_along_axis(forest.leaf_tree, cell_old, axis=1), 0.0)
+    )
+    in_tree = jnp.stack([moves.leaf, moves.new_leaf], axis=1)  # (m, 2, H)
+    counted_of_kind = np.array([[0, -1], [-1, -1], [2, 3], [3, -1]])  # GROW, PRUNE, CHANGE, SWAP
+    # the (at most two) cells whose points can end in another leaf than
+    # their slot: GROW's and PRUNE's two children (to the node if the tree
+    # ends pruned), CHANGE's two side-changing cells, SWAP's cells leaving
+    # the moved leaf and the sibling
+    remapped_of_kind = jnp.asarray(np.array([[0, 1], [0, 1], [2, 3], [1, 3]]))[moves.kind]  # (m, 2)
+    which = jnp.asarray(counted_of_kind)[moves.kind]  # (m, 2) positions in `cells`, -1: none
+    counted = jnp.where((which >= 0) & moves.allowed[:, None], jnp.take_along_axis(moves.cells, jnp.maximum(which, 0), axis=1), -1)
+    slot = jnp.arange(heap_size, dtype=jnp.int32)
 
     # the data axis in blocks, processed by independent kernels that XLA's
     # CPU runtime runs in parallel (its scatter uses one thread)
@@ -819,155 +435,133 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     bounds = _data_blocks(n)
     weights = [None if prec_weights is None else prec_weights[start:stop] for start, stop in bounds]
 
-    def finish(resid, leaf_indices, fine, delta, merged_node, j):
-        """Apply tree ``j``'s change to the residuals and to its leaf indices.
-
-        Its change in the residuals is one lookup, ``old - new`` leaf values
-        indexed by its fine partition, which determines both the old and
-        the new leaf of each point.
-        """
+    def finish(resid, leaf_indices, rows, delta, cell_map, j):
+        """Apply tree ``j``'s change to the residuals and to its leaf indices:
+        ``old - new`` value by slot, and the final leaf of the (at most
+        two) cells whose points change leaf (``cell_map``: the cells, -1
+        if unused, and their final leaves)."""
+        cell, cell_final = cell_map
         out = []
-        for (start, _), block_resid, block_fine in zip(bounds, resid, fine, strict=True):
-            out.append(block_resid + _lookup(delta, block_fine))
-            block_fine = block_fine.astype(jnp.int32)
-            idx = jnp.where((block_fine >> 1) == merged_node, merged_node, block_fine)
-            leaf_indices = lax.dynamic_update_slice(leaf_indices, idx[None].astype(leaf_indices.dtype), (j, start))
+        for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
+            out.append(block_resid + _lookup(delta, row))
+            idx = row.astype(jnp.int32)
+            final = idx
+            for c in range(2):
+                final = jnp.where(idx == cell[c], cell_final[c], final)
+            leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None].astype(leaf_indices.dtype), (j, start))
         return tuple(out), leaf_indices
 
     def body(carry, tree):
         # The previous tree's change is applied here rather than at the end of
         # its own iteration: one pass over the data per tree.
-        resid, leaf_indices, prev_fine, prev_delta, prev_merged_node = carry
-        j, old_values, count, prec, move, log_u, noise = tree
-        # (for the first tree, a no-op: zero delta, no merged node)
-        resid, leaf_indices = finish(resid, leaf_indices, prev_fine, prev_delta, prev_merged_node, jnp.maximum(j - 1, 0))
+        resid, leaf_indices, prev_rows, prev_delta, prev_cell_map = carry
+        j, old_at, in_tree, counted, remapped, count, move, log_u, noise = tree
+        # (for the first tree, a no-op: zero delta, no cell)
+        resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_delta, prev_cell_map, jnp.maximum(j - 1, 0))
 
-        node = move.node
-        child = 2 * node
-        fine_rows = []
+        rows = []
         sums = 0.0
-        grow_left = 0
-        grow_prec_left = 0.0 if weighted else None
+        num_counted = 0
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
             row = lax.dynamic_slice(leaf_indices, (j, start), (1, stop - start))[0]
-            fine_rows.append(row)
-            fine = row.astype(jnp.int32)
-            in_left = fine == child
+            rows.append(row)
             if weighted:
-                sums = sums + _leaf_sums(row, block_resid * block_weights, heap_size)
-                grow_prec_left = grow_prec_left + jnp.sum(jnp.where(in_left, block_weights, 0.0))
+                sums = sums + _leaf_sums(row, jnp.stack([block_resid * block_weights, block_weights], axis=1), heap_size)
             else:
-                sums = sums + _leaf_sums(row, block_resid, heap_size)
+                sums = sums + _leaf_sums(row, block_resid, heap_size)[:, None]
+            hits = [row.astype(jnp.int32) == counted[a] for a in range(2)]
             if stop - start <= 2**24:
                 # a float sum of 0/1 is exact up to 2**24 and faster than XLA's int reduction
-                grow_left = grow_left + jnp.sum(jnp.where(in_left, 1.0, 0.0)).astype(jnp.int32)
+                num = jnp.stack([jnp.sum(jnp.where(h, 1.0, 0.0)) for h in hits]).astype(jnp.int32)
             else:
-                grow_left = grow_left + jnp.sum(in_left, dtype=jnp.int32)
-        sums, grow_left, grow_prec_left = _psum((sums, grow_left, grow_prec_left), data_axis)
+                num = jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
+            num_counted = num_counted + num
+        sums, num_counted = _psum((sums, num_counted), data_axis)
 
-        # points (and precision) in the children: known for a prune, counted for a grow
-        count_left = jnp.where(move.grow, grow_left, count[child])
-        count_right = jnp.where(move.grow, count[node] - grow_left, count[child + 1])
-        if weighted:
-            prec_left = jnp.where(move.grow, grow_prec_left, prec[child])
-            prec_right = jnp.where(move.grow, prec[node] - grow_prec_left, prec[child + 1])
-        else:
-            prec_left = count_left.astype(jnp.float32)
-            prec_right = count_right.astype(jnp.float32)
+        # points per slot: a counted cell's count; another cell's is its
+        # current leaf's count minus the counted cells that leave that leaf
+        # (exact integers); an untouched leaf keeps its count
+        is_counted = (move.cells[:, None] == counted[None, :]) & (counted[None, :] >= 0)  # (4, 2)
+        counted_num = jnp.sum(jnp.where(is_counted, num_counted, 0), axis=1)  # (4,)
+        fresh = jnp.any(is_counted, axis=1)
+        old_leaf = jnp.clip(move.cell_old, 0, heap_size - 1)
+        leaves_leaf = (move.cell_old[:, None] == move.cell_old[None, :]) & fresh[None, :]  # (4, 4)
+        derived = count[old_leaf] - jnp.sum(jnp.where(leaves_leaf, counted_num[None, :], 0), axis=1)
+        cell_count = jnp.where(move.cells >= 0, jnp.where(fresh, counted_num, derived), 0)
+        at_cell = slot[:, None] == move.cells[None, :]  # (H, 4)
+        slot_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(at_cell, cell_count, 0), axis=1)
 
-        # the sums above include this tree: add back its old value in each
-        # fine leaf (constant there), times the leaf's precision
-        slot = jnp.arange(heap_size)
-        at_node = slot == node
-        at_child = (slot >> 1) == node
-        at_left = slot == child
-        grow_child = move.grow & at_child
-        old_prec = prec if weighted else count.astype(jnp.float32)
-        fine_prec = jnp.where(
-            move.grow & at_node, 0.0, jnp.where(grow_child, jnp.where(at_left, prec_left, prec_right), old_prec)
-        )
-        old_at = jnp.where(grow_child, old_values[node], old_values)
-        sums = sums + fine_prec * old_at
-        sum_left, sum_right = sums[child], sums[child + 1]
+        # per slot: residual sum and precision; the residual sums include
+        # this tree: add back its old value on each slot (constant there),
+        # times the slot's precision
+        prec_sum = sums[:, 1] if weighted else slot_count.astype(jnp.float32)
+        per_slot = jnp.stack([sums[:, 0] + prec_sum * old_at, prec_sum], axis=1)  # (H, 2)
 
-        # the three leaves as one vector: fewer kernels than one per term
-        marginals = _log_marginal(
-            jnp.stack([sum_left, sum_right, sum_left + sum_right]),
-            jnp.stack([prec_left, prec_right, prec_left + prec_right]),
-            inv_sigma2,
-            inv_tau2,
-        )
-        loglik_split = marginals[0] + marginals[1] - marginals[2]
-        log_alpha = move.log_ratio_tree + jnp.where(move.grow, loglik_split, -loglik_split)
-        big_enough = (count_left >= min_points) & (count_right >= min_points)
-        allowed = move.allowed & (big_enough | ~move.grow)
+        # per leaf of the current (row 0) and of the proposed tree (row 1):
+        # untouched leaves are their own slot, the others sums of (at most
+        # four) cells; both trees at once (at small n, every kernel counts)
+        cell_stats = jnp.where(move.cells[:, None] >= 0, per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 2)
+        to = slot[None, :, None] == jnp.stack([move.cell_old, move.cell_new])[:, None, :]  # (2, H, 4)
+        keep = jnp.where(move.identity[:, None], per_slot, 0.0)
+        both = keep + jnp.sum(jnp.where(to[..., None], cell_stats, 0.0), axis=2)  # (2, H, 2)
+        both_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(to, cell_count, 0), axis=2)  # (2, H)
+
+        # the log likelihood ratio summed per slot, so that untouched leaves
+        # cancel exactly, and the leaves of the proposed tree with too few
+        # points, in one reduction
+        marginals = _log_marginal(both[..., 0], both[..., 1], inv_sigma2, inv_tau2)  # (2, H)
+        contrib = jnp.where(in_tree, marginals, 0.0)
+        too_small = move.new_leaf & ~move.identity & (both_count[1] < min_points)
+        totals = jnp.sum(jnp.stack([contrib[1] - contrib[0], too_small.astype(jnp.float32)]), axis=1)
+        log_alpha = move.log_ratio_tree + totals[0]
+        allowed = move.allowed & (totals[1] == 0)
         accept = allowed & (log_u < log_alpha)
-        grew = accept & move.grow
-        pruned = accept & ~move.grow
 
-        # leaf statistics of the final structure, written as elementwise
-        # expressions over the heap (one fused kernel each, not a chain of
-        # scatters: at small n the per-kernel overhead dominates)
-        merged = jnp.where(move.grow, ~accept, accept)  # the children's points end up in the node
-        sums = sums + jnp.where(at_node & merged, sum_left + sum_right, 0.0)
-
-        def update(stat, left, right):
-            grown = jnp.where(at_node, 0, jnp.where(at_left, left, right))
-            pruned_stat = jnp.where(at_node, left + right, 0)
-            stat = jnp.where(grew & (at_node | at_child), grown, stat)
-            return jnp.where(pruned & (at_node | at_child), pruned_stat, stat).astype(stat.dtype)
-
-        count = update(count, count_left, count_right)
-        if weighted:
-            prec = update(prec, prec_left, prec_right)
-            prec_final = prec
-        else:
-            prec_final = count.astype(jnp.float32)
-        leaf = move.leaf
-        leaf = jnp.where(grew & (at_node | at_child), at_child, leaf)
-        leaf = jnp.where(pruned & (at_node | at_child), at_node, leaf)
-
-        post_prec = prec_final * inv_sigma2 + inv_tau2
-        post_mean = sums * inv_sigma2 / post_prec
+        leaf = jnp.where(accept, move.new_leaf, move.leaf)
+        final = jnp.where(accept, both[1], both[0])
+        post_prec = final[:, 1] * inv_sigma2 + inv_tau2
+        post_mean = final[:, 0] * inv_sigma2 / post_prec
         new_values = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
-        new_at = jnp.where(merged & at_child, new_values[node], new_values)
+
+        # per slot: old minus new value; the final leaf of the changed cells
+        cell_final = jnp.where(accept, move.cell_new, move.cell_old)
+        cell_value = jnp.where(move.cells >= 0, new_values[jnp.clip(cell_final, 0, heap_size - 1)], 0.0)
+        new_at = jnp.where(move.identity, new_values, 0.0) + jnp.sum(jnp.where(at_cell, cell_value, 0.0), axis=1)
         delta = old_at - new_at
 
-        # the node whose children's points end up in it, or -1
-        merged_node = jnp.where(merged, node, -1)
-        carry = (resid, leaf_indices, tuple(fine_rows), delta, merged_node)
-        return carry, (new_values, count, prec if weighted else None, accept, allowed)
+        carry = (resid, leaf_indices, tuple(rows), delta, jnp.stack([move.cells[remapped], cell_final[remapped]]))
+        # the outputs of the tree in two arrays (fewer writes per tree): the
+        # values, the counts (their int32 bits) and the precisions; the flags
+        final_count = jnp.where(leaf, jnp.where(accept, both_count[1], both_count[0]), 0)
+        out = [new_values, lax.bitcast_convert_type(final_count, jnp.float32)]
+        if weighted:
+            out.append(jnp.where(leaf, final[:, 1], 0.0))
+        return carry, (jnp.stack(out, axis=1), jnp.stack([accept, allowed]))
 
-    xs = (
-        jnp.arange(num_trees),
-        forest.leaf_tree,
-        forest.leaf_count,
-        forest.leaf_prec,
-        moves,
-        log_u,
-        noise,
-    )
+    xs = (jnp.arange(num_trees), old_at, in_tree, counted, remapped_of_kind, forest.leaf_count, moves, log_u, noise)
     carry = (
         tuple(state.resid[start:stop] for start, stop in bounds),
-        fine_indices,
-        tuple(fine_indices[0, start:stop] for start, stop in bounds),
+        cell_indices,
+        tuple(cell_indices[0, start:stop] for start, stop in bounds),
         jnp.zeros(heap_size, jnp.float32),
-        jnp.int32(-1),
+        jnp.full((2, 2), -1, jnp.int32),
     )
-    carry, (leaf_tree, leaf_count, leaf_prec, accepted, allowed) = lax.scan(body, carry, xs)
+    carry, (outs, flags) = lax.scan(body, carry, xs)
+    leaf_tree = outs[:, :, 0]
+    leaf_count = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
+    leaf_prec = outs[:, :, 2] if weighted else None
+    accepted, allowed = flags[:, 0], flags[:, 1]
     resid, leaf_indices = finish(*carry, num_trees - 1)
     resid = jnp.concatenate(resid)
-    moves = moves._replace(allowed=allowed)
 
-    grew = accepted & moves.grow
-    pruned = accepted & ~moves.grow
-    tree_idx = jnp.arange(num_trees)
+    tree_idx = jnp.arange(num_trees)[:, None]
     split_tree = forest.split_tree
     var_tree = forest.var_tree
-    new_split = jnp.where(grew, moves.split, jnp.where(pruned, 0, split_tree[tree_idx, moves.node]))
-    new_var = jnp.where(grew, moves.var, jnp.where(pruned, 0, var_tree[tree_idx, moves.node]))
-    split_tree = split_tree.at[tree_idx, moves.node].set(new_split.astype(split_tree.dtype))
-    var_tree = var_tree.at[tree_idx, moves.node].set(new_var.astype(var_tree.dtype))
+    acc = accepted[:, None]
+    new_split = jnp.where(acc, moves.set_split, split_tree[tree_idx, moves.set_node])
+    new_var = jnp.where(acc, moves.set_var, var_tree[tree_idx, moves.set_node])
+    split_tree = split_tree.at[tree_idx, moves.set_node].set(new_split.astype(split_tree.dtype))
+    var_tree = var_tree.at[tree_idx, moves.set_node].set(new_var.astype(var_tree.dtype))
     forest = Forest(
         var_tree=var_tree,
         split_tree=split_tree,
@@ -976,10 +570,25 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         leaf_count=leaf_count,
         leaf_prec=leaf_prec,
     )
-    # one reduction for the four counts: at small n every kernel counts
-    flags = jnp.stack([moves.allowed & moves.grow, grew, moves.allowed & ~moves.grow, pruned])
+    # one reduction for the counts: at small n every kernel counts
+    kinds = moves.kind[None, :] == jnp.arange(4)[:, None]  # (4, m)
+    # a move whose proposed tree has a leaf with too few points counts as not proposed
+    proposed = kinds & allowed[None, :]
+    flags = jnp.stack([proposed, proposed & accepted[None, :]], axis=1).reshape(8, num_trees)
     info = StepInfo(*jnp.sum(flags, axis=-1, dtype=jnp.int32))
     return state._replace(forest=forest, resid=resid), info
+
+
+def _accept_and_noise(key, num_trees, heap_size):
+    """Log acceptance uniforms ``(m,)`` and standard normal leaf noise ``(m, H)``."""
+    words = _random_words(key, num_trees * (1 + 2 * heap_size))
+    if words is None:
+        key_u, key_noise = random.split(key)
+        u = random.uniform(key_u, (num_trees,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+        return jnp.log(u), random.normal(key_noise, (num_trees, heap_size))
+    u = jnp.maximum(_unit_float(words[:num_trees]), jnp.finfo(jnp.float32).tiny)
+    pairs = words[num_trees:].reshape(2, num_trees, heap_size)
+    return jnp.log(u), _normal_from_words(pairs[0], pairs[1])
 
 
 def _draw_sigma2(key, state: State, data_axis=None) -> State:
@@ -991,33 +600,6 @@ def _draw_sigma2(key, state: State, data_axis=None) -> State:
     beta = state.sigma2_beta + _psum(jnp.sum(sq), data_axis) / 2
     sigma2 = beta / _gamma(key, alpha)
     return state._replace(sigma2=sigma2.astype(jnp.float32))
-
-
-def _point_uniforms(key, offset, n):
-    """Uniforms in (0, 1) for the points ``offset`` to ``offset + n - 1`` of
-    the whole data set, the same whichever way the points are split among
-    devices: point ``i`` gets number ``i % B`` of the stream
-    ``fold_in(key, i // B)``, with ``B = _UNIFORM_BLOCK``. Memory
-    O(n + B), not O(total n)."""
-    block = _UNIFORM_BLOCK
-    num_blocks = -(-n // block) + 1  # enough for any alignment of the slice
-    first = offset // block
-    blocks = first + jnp.arange(num_blocks)
-    tiny = jnp.finfo(jnp.float32).tiny
-    key_words = random.key_data(key)
-    if key_words.shape == (2,) and key_words.dtype == jnp.uint32:
-        # _uniform(fold_in(key, b), (block,)) for every block b at once
-        k0, k1 = _threefry2x32(key_words[0], key_words[1], jnp.zeros_like(blocks, jnp.uint32), blocks.astype(jnp.uint32))
-        count = jnp.arange(block // 2, dtype=jnp.uint32)
-        x0, x1 = _threefry2x32(k0[:, None], k1[:, None], count, jnp.zeros_like(count))
-        u = jnp.maximum(_unit_float(jnp.concatenate([x0, x1], axis=1)), tiny).reshape(-1)
-    else:
-        keys = jax.vmap(lambda b: random.fold_in(key, b))(blocks)
-        u = jax.vmap(lambda k: random.uniform(k, (block,), minval=tiny, maxval=1.0))(keys).reshape(-1)
-    return lax.dynamic_slice_in_dim(u, offset - first * block, n)
-
-
-_UNIFORM_BLOCK = 1024
 
 
 def _draw_latent(key, state: State, data_axis=None) -> State:
@@ -1036,7 +618,8 @@ def _draw_latent(key, state: State, data_axis=None) -> State:
     tail = a - jnp.log(u) / jnp.maximum(a, 1.0)
     eps = jnp.where(a > 5.0, tail, jnp.maximum(inverse_cdf, a))
     z = jnp.where(state.y, mean + eps, mean - eps)
-    return state._replace(z=z, resid=z - mean)
+    real = state.forest.leaf_indices[0] != 0  # padding has no leaf: keep its residual 0
+    return state._replace(z=z, resid=jnp.where(real, z - mean, 0.0))
 
 
 def _draw_latent_logit(key, state: State, data_axis=None) -> State:
@@ -1159,9 +742,13 @@ def sweep_count_info(info: StepInfo) -> dict:
     """Acceptance rates from a (possibly stacked) `StepInfo`, as floats."""
     grow_prop = np.sum(info.grow_proposed)
     prune_prop = np.sum(info.prune_proposed)
+    change_prop = np.sum(info.change_proposed)
+    swap_prop = np.sum(info.swap_proposed)
     return {
         'grow_acc': float(np.sum(info.grow_accepted) / max(grow_prop, 1)),
         'prune_acc': float(np.sum(info.prune_accepted) / max(prune_prop, 1)),
+        'change_acc': float(np.sum(info.change_accepted) / max(change_prop, 1)),
+        'swap_acc': float(np.sum(info.swap_accepted) / max(swap_prop, 1)),
     }
 
 

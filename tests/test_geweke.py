@@ -57,6 +57,7 @@ from jax import numpy as jnp
 from scipy import stats
 
 from bartz import grove, mcmcstep
+from bartz.moves import GROW
 from test_mcmcstep import P_MIN, chi2_two_sample, sample_prior_heaps
 
 N_POINTS = 20
@@ -71,10 +72,14 @@ GEWEKE_CHAINS = 4000
 GEWEKE_STEPS = 100  # successive-conditional steps per chain
 MC_SAMPLES = 20_000  # marginal-conditional reference sample
 
-# Extra keyword arguments of `mcmcstep.init` the test runs with.
-# TODO(issue 12): add the CHANGE/SWAP moves setting of `mcmcstep.init` here
-# (e.g. ``{'moves': ...}``) when the sweep rewrite (issue 12, item 5) is merged.
-INIT_KWARGS = [{}]
+# Move settings of `mcmcstep.init` the test runs with: the default moves
+# (GROW, PRUNE, CHANGE, SWAP), the classical GROW/PRUNE sampler, and a
+# setting where CHANGE and SWAP are most of the proposals
+MOVE_SETTINGS = {
+    'default-moves': {},
+    'grow-prune': {'move_probs': ('grow', 'prune')},
+    'change-swap': {'move_probs': {'grow': 0.15, 'prune': 0.15, 'change': 0.35, 'swap': 0.35}},
+}
 
 
 def design(seed=0):
@@ -284,21 +289,31 @@ def assert_passes(pvalues, label):
     assert not bad, f'{label}: {pvalues}'
 
 
+def _case(kind, seed, moves, slow):
+    return pytest.param(kind, seed, moves, marks=[pytest.mark.slow] if slow else [], id=f'{kind}-{seed}-{moves}')
+
+
 GEWEKE_CASES = [
-    ('continuous', 0),
-    ('probit', 0),
-    pytest.param('weighted', 0, marks=pytest.mark.slow),
-    pytest.param('continuous', 1, marks=pytest.mark.slow),
-    pytest.param('probit', 1, marks=pytest.mark.slow),
-    pytest.param('weighted', 1, marks=pytest.mark.slow),
+    _case('continuous', 0, 'default-moves', slow=False),
+    _case('probit', 0, 'default-moves', slow=False),
+    _case('weighted', 0, 'default-moves', slow=True),
+    _case('continuous', 1, 'default-moves', slow=True),
+    _case('probit', 1, 'default-moves', slow=True),
+    _case('weighted', 1, 'default-moves', slow=True),
+    _case('continuous', 0, 'grow-prune', slow=True),
+    _case('probit', 0, 'grow-prune', slow=True),
+    _case('continuous', 0, 'change-swap', slow=True),
+    _case('probit', 0, 'change-swap', slow=True),
+    _case('weighted', 0, 'change-swap', slow=True),
 ]
 
 
-@pytest.mark.parametrize('init_kwargs', INIT_KWARGS)
-@pytest.mark.parametrize(('kind', 'seed'), GEWEKE_CASES)
-def test_geweke(kind, seed, init_kwargs):
+@pytest.mark.parametrize(('kind', 'seed', 'moves'), GEWEKE_CASES)
+def test_geweke(kind, seed, moves):
     """The successive-conditional chains keep the joint law of the
-    marginal-conditional simulator (continuous, probit, weighted)."""
+    marginal-conditional simulator (continuous, probit, weighted), with
+    each move setting."""
+    init_kwargs = MOVE_SETTINGS[moves]
     pvalues = geweke_pvalues(kind, seed, init_kwargs, _successive_runner)
     assert_passes(pvalues, f'{kind} seed {seed}')
 
@@ -308,7 +323,7 @@ def _perturbed_propose_moves(log_factor, original):
 
     def propose(key, state):
         moves = original(key, state)
-        ratio = jnp.where(moves.grow, moves.log_ratio_tree + log_factor, moves.log_ratio_tree)
+        ratio = jnp.where(moves.kind == GROW, moves.log_ratio_tree + log_factor, moves.log_ratio_tree)
         return moves._replace(log_ratio_tree=ratio)
 
     return propose

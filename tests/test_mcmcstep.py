@@ -5,7 +5,11 @@ ratio is exactly 1, so the sampler must target the tree prior, and the
 distribution of the trees it visits is compared with an exact, independent
 forward sampler of the prior. Every term of the Metropolis-Hastings ratio
 (proposal probabilities and prior ratio) is exercised; `test_prior_test_has_power`
-shows the comparison rejects a sampler with a wrong ratio. The likelihood
+shows the comparison rejects a sampler with a wrong ratio, and the power
+tests at the end perturb one named term of one move's ratio at a time (a
+constant log factor for GROW and PRUNE; the term scaled by 1.1 or 0.9 for
+CHANGE and SWAP, whose ratio is mostly 1, so that a constant factor would be
+nearly invisible; see the comment above `SCALE_CASES`). The likelihood
 terms are checked by `test_tree_posterior_exact`, against the exact posterior
 over all trees of a tiny problem.
 
@@ -25,7 +29,8 @@ from jax import lax, random
 from jax import numpy as jnp
 from scipy import stats
 
-from bartz import grove, mcmcstep
+from bartz import grove, kernels, mcmcstep
+from bartz import moves as moves_module
 from bartz.grove import TreeHeaps
 
 P_MIN = 1e-4  # each statistical test must have a p-value above this
@@ -97,7 +102,15 @@ def tree_stats(var, split, max_split):
     for v in range(max_split.size):
         out[f'splits_on_var{v}'] = np.sum((split != 0) & (var == v), axis=1)
     offsets = np.concatenate([[0], np.cumsum(max_split)[:-1]])
-    out['root_var_split'] = np.where(split[:, 1] != 0, 1 + offsets[var[:, 1]] + split[:, 1] - 1, 0)
+
+    def rule(node):  # 0 for no split, else a code of (variable, split index)
+        return np.where(split[:, node] != 0, 1 + offsets[var[:, node]] + split[:, node] - 1, 0)
+
+    out['root_var_split'] = rule(1)
+    # the rules of the root and its children, jointly (SWAP and CHANGE move
+    # rules between and within these nodes)
+    num_rules = 1 + int(max_split.sum())
+    out['top_rules'] = rule(1) + num_rules * (rule(2) + num_rules * rule(3))
     # split index of the shallowest split on the variable with most cut-points
     widest = int(np.argmax(max_split))
     on = (split != 0) & (var == widest)
@@ -206,12 +219,30 @@ PRIOR_CONFIGS = {
     'C': (6, (1, 2, 3, 10), 0.99, 0.5, None, 2000, 650),
     # bushy with exhaustion at depth 4 < bottom level 5
     'C2': (6, (0, 1, 1, 2), 0.99, 0.5, None, 2000, 400),
+    # a split on x0 leaves only x1 (3 cut-points): whether CHANGE exhausts a
+    # child depends on its split; SWAP changes which leaves are exhausted and,
+    # with skewed split probabilities, the rule prior (the power tests below)
+    'D': (4, (1, 3), 0.95, 0.5, (0.8, 0.2), 4000, 150),
 }
 REF_TREES = 40_000
 
 
-def prior_state(max_depth, max_split, base, power, s, num_trees):
+# move settings: the classical sampler, the default mix, and settings where
+# CHANGE or SWAP dominates
+MOVE_SETTINGS = {
+    'gp': ('grow', 'prune'),
+    'default': None,
+    'change': {'grow': 0.1, 'prune': 0.1, 'change': 0.8},
+    'swap': {'grow': 0.1, 'prune': 0.1, 'swap': 0.8},
+}
+
+
+PRIOR_START = ('change', 'swap')  # settings started from the prior rather than from stumps
+
+
+def prior_state(max_depth, max_split, base, power, s, num_trees, moves='default'):
     return mcmcstep.init(
+        move_probs=MOVE_SETTINGS[moves],
         X=jnp.zeros((len(max_split), 0), jnp.uint8),
         max_split=jnp.asarray(max_split),
         y=jnp.zeros(0, jnp.float32),
@@ -227,10 +258,25 @@ def prior_state(max_depth, max_split, base, power, s, num_trees):
     )
 
 
-def run_prior(runner, config, seed):
-    """Final state and sigma2 trace of the no-data sampler."""
-    max_depth, max_split, base, power, s, num_trees, burn_in = PRIOR_CONFIGS[config]
-    state = prior_state(max_depth, max_split, base, power, s, num_trees)
+def run_prior(runner, config, seed, moves='default', num_trees=None, num_sweeps=None):
+    """Final state and sigma2 trace of the no-data sampler (`num_trees` and
+    `num_sweeps` override the configuration's trees and burn-in)."""
+    max_depth, max_split, base, power, s, config_trees, burn_in = PRIOR_CONFIGS[config]
+    num_trees = config_trees if num_trees is None else num_trees
+    burn_in = burn_in if num_sweeps is None else num_sweeps
+    state = prior_state(max_depth, max_split, base, power, s, num_trees, moves)
+    if moves in PRIOR_START:
+        # GROW and PRUNE are rare here, so that from stumps the chain would
+        # need five times the burn-in: start from exact prior draws instead
+        # (the prior is then the law at every sweep; a wrong ratio drifts away)
+        rng = np.random.default_rng([seed, 7])
+        var, split = sample_prior_heaps(rng, num_trees, max_split, max_depth, base, power, s)
+        forest = state.forest
+        state = state._replace(
+            forest=forest._replace(
+                var_tree=jnp.asarray(var, forest.var_tree.dtype), split_tree=jnp.asarray(split, forest.split_tree.dtype)
+            )
+        )
     sigma2 = []
     for key in random.split(random.key(seed), burn_in // PRIOR_CHUNK):
         state, s2 = runner(key, state)
@@ -239,45 +285,48 @@ def run_prior(runner, config, seed):
 
 
 @functools.cache
-def prior_run(config, seed):
-    return run_prior(_prior_runner, config, seed)
+def prior_run(config, seed, moves='default'):
+    return run_prior(_prior_runner, config, seed, moves)
 
 
-def prior_pvalues(state, config, seed):
+def prior_pvalues(state, config, seed, ref_trees=REF_TREES):
     max_depth, max_split, base, power, s, _, _ = PRIOR_CONFIGS[config]
     var, split = np.asarray(state.forest.var_tree), np.asarray(state.forest.split_tree)
     mcmc = tree_stats(var, split, max_split)
     rng = np.random.default_rng([seed, 2024])
-    ref = tree_stats(*sample_prior_heaps(rng, REF_TREES, max_split, max_depth, base, power, s), max_split)
+    ref = tree_stats(*sample_prior_heaps(rng, ref_trees, max_split, max_depth, base, power, s), max_split)
     return {name: chi2_two_sample(mcmc[name], ref[name]) for name in mcmc}
 
 
 PRIOR_CASES = [
     ('A', 0),
     ('A2', 0),
+    ('A3', 0),
     pytest.param('A', 1, marks=pytest.mark.slow),
     pytest.param('A', 2, marks=pytest.mark.slow),
     pytest.param('A2', 1, marks=pytest.mark.slow),
-    pytest.param('A3', 0, marks=pytest.mark.slow),
     pytest.param('A3', 1, marks=pytest.mark.slow),
     pytest.param('B', 0, marks=pytest.mark.slow),
     pytest.param('B', 1, marks=pytest.mark.slow),
     pytest.param('C', 0, marks=pytest.mark.slow),
     pytest.param('C', 1, marks=pytest.mark.slow),
     pytest.param('C2', 0, marks=pytest.mark.slow),
+    pytest.param('D', 0, marks=pytest.mark.slow),
 ]
 
 
+@pytest.mark.parametrize('moves', list(MOVE_SETTINGS))
 @pytest.mark.parametrize(('config', 'seed'), PRIOR_CASES)
-def test_prior_trees(config, seed):
-    """With no data, the trees visited by the sampler follow the tree prior."""
-    state, _ = prior_run(config, seed)
+def test_prior_trees(config, seed, moves):
+    """With no data, the trees visited by the sampler follow the tree prior,
+    with every move setting."""
+    state, _ = prior_run(config, seed, moves)
     max_split = PRIOR_CONFIGS[config][1]
     var, split = np.asarray(state.forest.var_tree), np.asarray(state.forest.split_tree)
     check_split_ranges(var, split, max_split)  # support of the prior
     pvalues = prior_pvalues(state, config, seed)
     bad = {k: v for k, v in pvalues.items() if v < P_MIN}
-    assert not bad, f'{config} seed {seed}: {pvalues}'
+    assert not bad, f'{config} seed {seed} moves {moves}: {pvalues}'
 
 
 @pytest.mark.parametrize(('config', 'seed'), [('A', 0)])
@@ -300,7 +349,7 @@ def _perturbed_propose_tree(log_factor, original):
 
     def propose(*args):
         moves = original(*args)
-        ratio = jnp.where(moves.grow, moves.log_ratio_tree + log_factor, moves.log_ratio_tree)
+        ratio = jnp.where(moves.kind == moves_module.GROW, moves.log_ratio_tree + log_factor, moves.log_ratio_tree)
         return moves._replace(log_ratio_tree=ratio)
 
     return propose
@@ -368,8 +417,9 @@ def small_data():
     return X, max_split, y, prec_weights
 
 
-def one_tree_chains(X, max_split, y, prec_weights):
+def one_tree_chains(X, max_split, y, prec_weights, moves='default'):
     state = mcmcstep.init(
+        move_probs=MOVE_SETTINGS[moves],
         X=jnp.asarray(X),
         max_split=jnp.asarray(max_split),
         y=jnp.asarray(y),
@@ -482,14 +532,14 @@ FS_STATIONARY_SWEEPS = 300
 FS_STUMP_SWEEPS = 1200  # from stumps, p-values stop drifting after ~400 sweeps (unweighted)
 
 
-def posterior_test_pvalue(runner, data, weighted, start, seed):
+def posterior_test_pvalue(runner, data, weighted, start, seed, moves='default'):
     X, max_split, y, prec_weights = data
     prec_weights = prec_weights if weighted else None
     trees, probs = exact_tree_posterior(X, max_split, y, prec_weights)
     # the problem is not degenerate: several trees matter, the size rule binds
     assert np.sort(probs)[-2] > 0.02
     assert np.sum(probs == 0) >= 5
-    states = one_tree_chains(X, max_split, y, prec_weights)
+    states = one_tree_chains(X, max_split, y, prec_weights, moves)
     if start == 'posterior':
         rng = np.random.default_rng(seed)
         states = start_at(states, trees, rng.choice(len(trees), size=FS_CHAINS, p=probs))
@@ -503,14 +553,14 @@ def posterior_test_pvalue(runner, data, weighted, start, seed):
 
 
 @pytest.mark.parametrize(
-    ('weighted', 'start'),
+    ('weighted', 'start', 'moves'),
     [
-        (True, 'posterior'),
-        (False, 'posterior'),
-        pytest.param(False, 'stump', marks=pytest.mark.slow),
+        *((w, 'posterior', m) for w in (True, False) for m in MOVE_SETTINGS),
+        pytest.param(False, 'stump', 'gp', marks=pytest.mark.slow),
+        pytest.param(False, 'stump', 'default', marks=pytest.mark.slow),
     ],
 )
-def test_tree_posterior_exact(small_data, weighted, start):
+def test_tree_posterior_exact(small_data, weighted, start, moves):
     """One tree, fixed sigma2: the exact posterior over tree structures is invariant.
 
     This checks the likelihood part of the MH ratio (leaf sums, precisions,
@@ -518,9 +568,10 @@ def test_tree_posterior_exact(small_data, weighted, start):
     restricts the target to trees whose leaves all have enough points. The
     posterior is concentrated, so mixing from stumps takes thousands of sweeps
     with the weights; starting at exact posterior draws tests invariance
-    directly, and does not depend on mixing.
+    directly, and does not depend on mixing. Every move setting (the
+    likelihood of CHANGE and SWAP regroups points across leaves).
     """
-    pvalue = posterior_test_pvalue(run_fixed_sigma2_chains, small_data, weighted, start, 11 + weighted)
+    pvalue = posterior_test_pvalue(run_fixed_sigma2_chains, small_data, weighted, start, 11 + weighted, moves)
     assert pvalue > P_MIN
 
 
@@ -536,24 +587,6 @@ def test_tree_posterior_test_has_power(small_data, monkeypatch):
     runner = make_fixed_sigma2_runner()
     pvalue = posterior_test_pvalue(runner, small_data, True, 'posterior', 11)
     assert pvalue < 1e-8
-
-
-def test_normal_quantile_matches_ndtri():
-    """The leaf noise's inverse normal cdf (AS 241) is the exact quantile to
-    float32 accuracy on the values `_uniform` can return, both tails to
-    the end included (its distribution is then checked by the conjugate
-    leaf test below)."""
-    from scipy import special  # noqa: PLC0415
-
-    grid = np.arange(1, 2**23, dtype=np.float64) * 2.0**-23
-    u = np.concatenate([grid[:50_000], grid[::97], grid[-50_000:], [np.finfo(np.float32).tiny]]).astype(np.float32)
-    z = np.asarray(jax.jit(mcmcstep._normal_quantile)(u), np.float64)
-    exact = special.ndtri(u.astype(np.float64))
-    assert np.all(np.abs(z - exact) <= 1e-6 * np.maximum(np.abs(exact), 1.0))
-    # the quantile is increasing and odd about 1/2 (no kink where the pieces join)
-    assert np.all(np.diff(z[: 50_000]) > 0)
-    mirrored = np.asarray(jax.jit(mcmcstep._normal_quantile)((1 - grid[:50_000]).astype(np.float32)), np.float64)
-    np.testing.assert_allclose(mirrored, -z[:50_000], rtol=1e-6)
 
 
 @pytest.mark.parametrize('weighted', [True, False])
@@ -652,7 +685,7 @@ def check_state(state, min_points, valid=None):
 DATA_N, DATA_TREES, DATA_DEPTH, DATA_MIN_POINTS = 200, 20, 6, 5
 
 
-def data_state(seed, *, binary=False, weighted=False, valid=None, n=DATA_N):
+def data_state(seed, *, binary=False, weighted=False, valid=None, n=DATA_N, moves='default'):
     rng = np.random.default_rng(seed)
     max_split = np.array([10, 10, 3, 1, 20])
     X = np.stack([rng.integers(0, m + 1, size=n) for m in max_split]).astype(np.uint8)
@@ -668,7 +701,7 @@ def data_state(seed, *, binary=False, weighted=False, valid=None, n=DATA_N):
     if weighted:
         kw['prec_weights'] = jnp.asarray(rng.uniform(0.5, 2.0, size=n), jnp.float32)
     if valid is not None:
-        y = np.where(valid, y, 0)
+        y = np.where(valid, y, 0).astype(y.dtype)  # bool stays bool (probit)
         kw['valid'] = jnp.asarray(valid)
     return mcmcstep.init(
         X=jnp.asarray(X),
@@ -678,6 +711,7 @@ def data_state(seed, *, binary=False, weighted=False, valid=None, n=DATA_N):
         max_depth=DATA_DEPTH,
         leaf_prior_var=0.1,
         min_points_per_leaf=DATA_MIN_POINTS,
+        move_probs=MOVE_SETTINGS[moves],
         **kw,
     )
 
@@ -713,13 +747,56 @@ def test_bookkeeping_weighted_padded():
     assert np.max(grove.forest_depth(state.forest.split_tree)) >= 2
 
 
+MOVE_SETTINGS['mixed'] = {'grow': 0.2, 'prune': 0.2, 'change': 0.3, 'swap': 0.3}
+
+
+@jax.jit
+def run_data_chunk_chains(keys, states):
+    axes = mcmcstep.chain_axes(states)
+    step = jax.vmap(mcmcstep.step, in_axes=(0, axes), out_axes=(axes, 0))
+
+    def body(states, keys):
+        return step(keys, states)
+
+    return lax.scan(body, states, keys)
+
+
+@pytest.mark.parametrize(
+    ('binary', 'weighted', 'padded'), [(False, False, False), (False, True, True), (True, False, True)]
+)
+def test_bookkeeping_every_move_several_chains(binary, weighted, padded):
+    """With CHANGE and SWAP frequent, in 3 vmapped chains: leaf indices,
+    counts, precision sums and residuals stay consistent with the trees, and
+    every kind of move is accepted."""
+    valid = None
+    if padded:
+        valid = np.ones(DATA_N, bool)
+        valid[[0, 50, 199]] = False
+    state = data_state(6, binary=binary, weighted=weighted, valid=valid, moves='mixed')
+    num_chains = 3
+    states = mcmcstep.init_chains(state, num_chains)
+    totals = np.zeros(8, np.int64)
+    for key in random.split(random.key(6), 4):
+        keys = random.split(key, (DATA_CHUNK, num_chains))
+        states, info = run_data_chunk_chains(keys, states)
+        totals += np.array([np.sum(x) for x in info])
+        for c in range(num_chains):
+            axes = mcmcstep.chain_axes(states)
+            fields = [v if ax is None else jax.tree.map(lambda a, c=c: a[c], v) for v, ax in zip(states, axes, strict=True)]
+            check_state(mcmcstep.State(*fields), DATA_MIN_POINTS, valid)
+    accepted = totals[1::2]
+    assert np.all(accepted > 5), totals
+    info = mcmcstep.sweep_count_info(mcmcstep.StepInfo(*totals))
+    assert set(info) == {'grow_acc', 'prune_acc', 'change_acc', 'swap_acc'}
+
+
 @pytest.mark.parametrize('weighted', [False, True])
 def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     """Large-n code paths of the sweep give the same chain as the plain one.
 
     On CPU with many points, the sweep splits the data into blocks processed
     by independent kernels, and the scatter-add spreads points over several
-    copies of the bins (`mcmcstep._data_blocks`, `mcmcstep._leaf_sums`).
+    copies of the bins (`bartz.kernels._data_blocks`, `bartz.kernels._leaf_sums`).
     Forced on (3 uneven blocks) and off (no copies) at small n, they must
     give the same trees and, up to float rounding, the same values; the
     cached quantities must stay consistent.
@@ -732,10 +809,10 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
         # a fresh function, so that jit traces again with the patched module
         return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(5), state)
 
-    monkeypatch.setattr(mcmcstep, '_SCATTER_LANES_MIN_POINTS', 2**62)
+    monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', 2**62)
     plain, _ = run(state)
     monkeypatch.setattr(mcmcstep, '_data_blocks', lambda n: [(0, 61), (61, 140), (140, n)])
-    monkeypatch.setattr(mcmcstep, '_SCATTER_LANES_MIN_POINTS', 0)
+    monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', 0)
     blocked, info = run(state)
     check_state(blocked, DATA_MIN_POINTS, valid)
     assert int(np.sum(info.grow_accepted)) > 10
@@ -898,3 +975,193 @@ def test_gamma_ends_on_bad_shape():
     assert np.isnan(out)
     out = jax.jit(mcmcstep._gamma)(random.key(0), jnp.array(2.5, jnp.float32))
     assert np.isfinite(out) and out > 0
+
+
+# ---------------------------------------------------------------- leaf noise, large weighted n
+
+
+def test_leaf_noise_is_normal():
+    """The leaf noise of the sweep (`mcmcstep._accept_and_noise`) is N(0, 1):
+    KS over 2**21 draws, and the frequencies beyond 3, 4 and 4.5 sd on each
+    side match the normal's (Poisson, two-sided)."""
+    draw = jax.jit(lambda key: mcmcstep._accept_and_noise(key, 64, 2**15)[1])
+    z = np.concatenate([np.asarray(draw(k)).ravel() for k in random.split(random.key(0), 1)])
+    assert z.size == 2**21
+    assert stats.kstest(z, stats.norm.cdf).pvalue > P_MIN
+    for t in (3.0, 4.0, 4.5):
+        expected = z.size * stats.norm.sf(t)
+        for count in (np.sum(z > t), np.sum(z < -t)):
+            p = 2 * min(stats.poisson.cdf(count, expected), stats.poisson.sf(count - 1, expected))
+            assert p > P_MIN, (t, count, expected)
+
+
+def test_leaf_noise_tails():
+    """The word-to-normal map reaches beyond 9 sd on both sides, symmetrically
+    (the 23-bit inverse cdf stopped at +5.3 sd and put mass at -13 sd), and is
+    monotone in the uniform it builds."""
+    words = np.array([0, 1, 2, 3, 2**24, 2**32 - 2, 2**32 - 1], np.uint32)
+    lo = np.array([0, 0, 2**32 - 1, 2**32 - 1, 7, 2**32 - 1, 2**32 - 1], np.uint32)
+    z = np.asarray(mcmcstep._normal_from_words(jnp.asarray(words), jnp.asarray(lo)))
+    assert np.all(np.isfinite(z))
+    assert -9.5 < z[0] < -9.0  # u = 2**-65
+    assert 9.0 < z[1] < 9.5  # the same, sign bit set
+    assert z[0] == -z[1]
+    np.testing.assert_allclose(z[2], stats.norm.ppf(2.0**-31), rtol=1e-5)  # u = (1 + 1 - 2**-33) 2**-32
+    np.testing.assert_allclose(z[4], stats.norm.ppf(2.0**-9), rtol=1e-5)  # hi >> 1 = 2**23
+    assert abs(z[-2]) < 1e-6 and abs(z[-1]) < 1e-6  # u -> 1/2
+    # the even words (sign bit clear) give negative draws, growing with the word
+    even = np.arange(0, 2**32, 2**27, dtype=np.uint64).astype(np.uint32)
+    neg = np.asarray(mcmcstep._normal_from_words(jnp.asarray(even), jnp.zeros_like(jnp.asarray(even))))
+    assert np.all(neg <= 0) and np.all(np.diff(neg) > 0)
+
+
+@pytest.mark.slow
+def test_weighted_precision_sums_exact_at_large_n():
+    """n = 4,000,000 with unequal weights: after sweeps with every move, the
+    cached per-leaf precision sums equal fresh float64 sums to float32
+    accuracy (no sum is made by subtraction, which here would lose all
+    digits)."""
+    n = 4_000_000
+    rng = np.random.default_rng(0)
+    max_split = np.array([50, 50, 3])
+    X = np.stack([rng.integers(0, m + 1, size=n) for m in max_split]).astype(np.uint8)
+    y = np.sin(X[0] / 8) + 0.3 * (X[2] > 1) + rng.normal(scale=0.5, size=n)
+    w = np.exp(rng.normal(scale=1.5, size=n)).astype(np.float32)
+    state = mcmcstep.init(
+        X=jnp.asarray(X),
+        max_split=jnp.asarray(max_split),
+        y=jnp.asarray((y - y.mean()).astype(np.float32)),
+        num_trees=5,
+        max_depth=6,
+        leaf_prior_var=0.05,
+        sigma2_alpha=1.5,
+        sigma2_beta=0.1,
+        prec_weights=jnp.asarray(w),
+        min_points_per_leaf=5,
+        move_probs={'grow': 0.3, 'prune': 0.2, 'change': 0.3, 'swap': 0.2},
+    )
+    step = jax.jit(mcmcstep.step)
+    accepted = 0
+    for key in random.split(random.key(0), 30):
+        state, info = step(key, state)
+        accepted += int(info.grow_accepted + info.prune_accepted + info.change_accepted + info.swap_accepted)
+    assert accepted > 20
+    f = state.forest
+    leaf_indices = np.asarray(f.leaf_indices)
+    traversed = np.asarray(grove.traverse_forest(state.X, f.var_tree, f.split_tree))
+    np.testing.assert_array_equal(leaf_indices, traversed)
+    heap_size = f.leaf_tree.shape[1]
+    prec = np.stack([np.bincount(row, weights=w.astype(np.float64), minlength=heap_size) for row in leaf_indices])
+    counts = np.stack([np.bincount(row, minlength=heap_size) for row in leaf_indices])
+    np.testing.assert_array_equal(f.leaf_count, counts)
+    leaf = counts > 0
+    rel = np.abs(np.asarray(f.leaf_prec, np.float64)[leaf] - prec[leaf]) / prec[leaf]
+    assert rel.max() < 1e-4, rel.max()
+
+
+# ---------------------------------------------------------------- power for every move
+
+# How an error in one term of a move's log MH ratio is modelled.
+#
+# GROW and PRUNE: a constant log factor (+-0.1) added to the term
+# (`moves._TERM_PERTURBATION`). Every term of a move's ratio is present in
+# every proposal of that move, so a constant on one term is the same
+# perturbation as on any other term of that move: one term per move and sign.
+#
+# CHANGE and SWAP are their own reverse, and their ratio is mostly exactly 1
+# under the prior, where min(1, c) keeps detailed balance: a constant factor
+# is nearly invisible (measured: p ~ 0.2) and is the wrong model of an error.
+# There a "10% error" is the term multiplied by 1.1 or 0.9
+# (`moves._TERM_SCALE`): a term log g(s') - log g(s) scaled by 1 + e makes
+# the move target pi * g**e, a wrong law wherever g varies. In configuration
+# 'D' the terms below vary over the proposals (measured on 20,000 prior
+# trees: CHANGE 'children' is non-zero in 10% of proposals, +-0.80; SWAP
+# 'rule_parent' in all valid ones, up to +-2.5; 'rule_child' in 85%, up to
+# +-1.1; 'leaves' in 56%, +-0.80). Detected, with the trees and sweeps the
+# test needs (the chain starts at prior draws and drifts away). Measured,
+# largest p-value over seeds 0-2 and both factors: rule_parent 2e-11,
+# rule_child 1e-7; children 8e-7 on seeds 0-1 with 150 sweeps, but 6e-5 on
+# seed 2, which 300 sweeps bring to 2e-8 (the drift is slow), hence 300:
+SCALE_CASES = [
+    # (move, term, move setting, trees in the chain (the reference has twice as many), sweeps)
+    ('change', 'children', 'change', 100_000, 300),
+    ('swap', 'rule_parent', 'swap', 20_000, 150),
+    ('swap', 'rule_child', 'swap', 100_000, 150),
+]
+# Not detected:
+# - CHANGE 'move', SWAP 'move', SWAP 'split_child' are identically 0 on every
+#   proposal with a finite ratio (not only in 'D'), so scaling them changes
+#   nothing. Both moves keep the topology, so the counts of PRUNE, CHANGE
+#   and SWAP nodes do not change; GROW's count can only go between 0 and > 0
+#   if the leaves the move touches change from growable to not, but at a
+#   CHANGE node some child keeps a usable cut-point whatever the new rule
+#   (a second usable variable, or >= 2 cut-points of the only one), and the
+#   sibling of a SWAP child keeps the other rule's variable (a swap on one
+#   variable is never valid): the kinds' probabilities are the same in both
+#   trees. The SWAP child is internal in both trees with a usable rule, so
+#   its split probability is the same.
+# - SWAP 'leaves' varies, but the law it shifts (which leaves are
+#   exhausted) moves little: with 100,000 trees the prior test gives p ~ 1e-3
+#   (x1.1) and 0.2 (x0.9). Detecting it would take many times the trees the
+#   slow suite can afford.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(('move', 'term', 'setting', 'num_trees', 'num_sweeps'), SCALE_CASES)
+def test_prior_test_detects_scaled_term(move, term, setting, num_trees, num_sweeps):
+    """A 10% error (factor 1.1 or 0.9) in one term of the CHANGE or SWAP
+    ratio makes the prior test fail."""
+    runner = make_scaled_prior_runner([(move, term)])  # one compile for both factors
+    pvalues = {}
+    for factor in (1.1, 0.9):
+        scaled = functools.partial(runner, factors=jnp.array([factor], jnp.float32))
+        state, _ = run_prior(scaled, 'D', 0, setting, num_trees, num_sweeps)
+        pvalues[factor] = min(prior_pvalues(state, 'D', 0, ref_trees=2 * num_trees).values())
+    assert max(pvalues.values()) < P_MIN, pvalues
+
+
+def make_scaled_prior_runner(terms):
+    """`make_prior_runner` with a third argument ``factors``: the factors by
+    which the log MH ratio terms ``terms`` ((move, term) pairs) are multiplied,
+    a runtime value (`moves._TERM_SCALE` is read at trace time, so it holds
+    the tracers only while tracing)."""
+
+    @jax.jit
+    def run_chunk(key, state, factors):
+        moves_module._TERM_SCALE.update(zip(terms, factors, strict=True))
+        try:
+
+            def body(state, key):
+                state, _ = mcmcstep.step(key, state)
+                return state, state.sigma2
+
+            return lax.scan(body, state, random.split(key, PRIOR_CHUNK))
+        finally:
+            for term in terms:
+                del moves_module._TERM_SCALE[term]
+
+    return run_chunk
+
+
+POWER_CASES = [
+    # (move, term, log factor, test)
+    ('grow', 'split', 0.1, 'prior'),
+    ('grow', 'split', -0.1, 'prior'),
+    ('prune', 'children', 0.1, 'prior'),
+    ('prune', 'children', -0.1, 'prior'),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(('move', 'term', 'log_factor', 'test'), POWER_CASES)
+def test_prior_and_posterior_tests_have_power_per_move(monkeypatch, small_data, move, term, log_factor, test):
+    """A 10% error (factor exp(+-0.1)) in one term of one move's ratio makes
+    the prior test or the exact posterior test fail."""
+    monkeypatch.setitem(moves_module._TERM_PERTURBATION, (move, term), log_factor)
+    setting = {'grow': 'gp', 'prune': 'gp', 'change': 'change', 'swap': 'swap'}[move]
+    if test == 'prior':
+        state, _ = run_prior(make_prior_runner(), 'A', 0, setting)  # fresh jit: traces the perturbation
+        pvalue = min(prior_pvalues(state, 'A', 0).values())
+    else:
+        pvalue = posterior_test_pvalue(make_fixed_sigma2_runner(), small_data, True, 'posterior', 11, setting)
+    assert pvalue < P_MIN, pvalue

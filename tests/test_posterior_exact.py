@@ -72,8 +72,9 @@ def _exact_posterior(xbin, y):
     return [t[0] for t in trees], prob / prob.sum()
 
 
-def _run_chains(xbin, y, key, num_chains, num_iters):
+def _run_chains(xbin, y, key, num_chains, num_iters, moves=None):
     state = mcmcstep.init(
+        move_probs=moves,
         X=xbin[None, :].astype(np.uint8),
         max_split=np.array([MAX_SPLIT]),
         y=y.astype(np.float32),
@@ -106,8 +107,19 @@ def _run_chains(xbin, y, key, num_chains, num_iters):
 
 
 @pytest.mark.no_key_reuse_check
-@pytest.mark.parametrize('seed', [0, 1, 2])
-def test_single_tree_posterior_matches_enumeration(seed):
+@pytest.mark.parametrize(
+    ('seed', 'moves'),
+    [
+        (0, None),
+        (1, None),
+        (2, None),
+        (0, ('grow', 'prune')),
+        (1, {'grow': 0.1, 'prune': 0.1, 'change': 0.8}),
+        (2, {'grow': 0.1, 'prune': 0.1, 'swap': 0.8}),
+    ],
+    ids=['default0', 'default1', 'default2', 'growprune', 'change', 'swap'],
+)
+def test_single_tree_posterior_matches_enumeration(seed, moves):
     rng = np.random.default_rng(seed)
     n = 16
     xbin = rng.integers(0, MAX_SPLIT + 1, n)
@@ -119,7 +131,7 @@ def test_single_tree_posterior_matches_enumeration(seed):
     assert len(names) == len(set(names))
 
     num_chains = 4000
-    visited = _run_chains(xbin, y, jax.random.key(seed), num_chains, num_iters=400)
+    visited = _run_chains(xbin, y, jax.random.key(seed), num_chains, num_iters=400, moves=moves)
     index = {name: i for i, name in enumerate(names)}
     counts = np.zeros(len(names))
     for tree in visited:

@@ -135,10 +135,10 @@ def test_iterations_run(data):
     min_points_per_leaf=0 none is cancelled), keepevery 1 for wbart."""
     fit = fit_with(data, min_points_per_leaf=0)
     info = fit.run_info
-    assert info.grow_proposed + info.prune_proposed == NTREE * (NSKIP + NDPOST)
+    assert info.grow_proposed + info.prune_proposed + info.change_proposed + info.swap_proposed == NTREE * (NSKIP + NDPOST)
     thinned = fit_with(data, min_points_per_leaf=0, keepevery=2)
     info = thinned.run_info
-    assert info.grow_proposed + info.prune_proposed == NTREE * (NSKIP + 2 * NDPOST)
+    assert info.grow_proposed + info.prune_proposed + info.change_proposed + info.swap_proposed == NTREE * (NSKIP + 2 * NDPOST)
     assert thinned.yhat_train.shape == (NDPOST, N)
 
 
@@ -148,7 +148,7 @@ def test_pbart_keepevery_10(data):
     binary = (y > np.median(y)).astype(float)
     fit = gbart(x, binary, type='pbart', seed=0, min_points_per_leaf=0, **SMALL)
     info = fit.run_info
-    assert info.grow_proposed + info.prune_proposed == NTREE * (NSKIP + 10 * NDPOST)
+    assert info.grow_proposed + info.prune_proposed + info.change_proposed + info.swap_proposed == NTREE * (NSKIP + 10 * NDPOST)
     assert fit.prob_train.shape == (NDPOST, N)
     assert not hasattr(fit, 'sigma')
     # the probit fit follows y
@@ -482,7 +482,7 @@ def test_ndpost_nskip_shapes(data, capsys):
         assert fit.sigma.shape == (nskip + ndpost,)
         assert_array_equal(fit.sigma[nskip:], fit.sigma_)
         info = fit.run_info
-        assert info.grow_proposed + info.prune_proposed == NTREE * (nskip + ndpost)
+        assert info.grow_proposed + info.prune_proposed + info.change_proposed + info.swap_proposed == NTREE * (nskip + ndpost)
     capsys.readouterr()
 
 
