@@ -81,7 +81,7 @@ from bartz._random import (  # noqa: F401 (fold_in is public here; the others ar
     _unit_float,
     fold_in,
 )
-from bartz.kernels import _data_blocks, _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401
+from bartz.kernels import _BLOCK_MIN_POINTS, _data_blocks, _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401
 from bartz.moves import move_probs_array
 from bartz.moves import Moves
 from bartz.moves import propose_tree as _propose_tree
@@ -378,15 +378,19 @@ def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
 def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     """Accept/reject the moves and redraw the leaves, one tree after the other.
 
-    Per tree, one pass over the data: one scatter sums, per cell (heap
-    slot, `bartz.moves.Moves`), the residuals, the points and (with
-    weights) the precisions, so every statistic is a fresh sum, never a
-    difference. The statistics of the leaves of the current and of the
-    proposed tree are then sums over cells (one small matrix product), the
-    log marginal likelihood ratio is exact (leaves the move does not touch
-    cancel exactly), and every leaf of the final tree gets its conjugate
-    draw. The tree's change in the residuals, ``old - new`` value by cell,
-    is applied with the next tree's pass.
+    Per tree, one pass over the data. A move regroups the points of at most
+    two leaves into at most four cells (heap slots, `bartz.moves.Moves`);
+    the pass sums the residuals by slot (one scatter), with weights also
+    the precisions (the same scatter: every precision sum is fresh, never a
+    difference of larger sums, which would lose all digits of a small leaf
+    among millions of points), and counts the points of at most two cells
+    (the others are carried integer counts, or differences of them, which
+    are exact). The statistics of the leaves of the current and of the
+    proposed tree are sums over cells, the log marginal likelihood ratio is
+    exact (leaves the move does not touch cancel exactly), and every leaf of
+    the final tree gets its conjugate draw. The tree's change in the
+    residuals, ``old - new`` value by slot, is applied with the next tree's
+    pass.
     """
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
@@ -401,8 +405,12 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         state.X, forest.leaf_indices, moves.var, moves.split, moves.remap_leaf, moves.remap_cell
     )
 
-    # this tree's current value on each slot: its leaf's, or for a cell its
-    # current leaf's (for all trees at once, outside the loop over trees)
+    # for all trees at once, outside the loop over trees: this tree's
+    # current value on each slot (its leaf's; for a cell, its current
+    # leaf's), the leaf masks of the current and proposed trees, and the
+    # (at most two) cells whose points are counted: GROW's left cell,
+    # CHANGE's two cells that change side, SWAP's cell that leaves the
+    # sibling (cells in `bartz.moves` order)
     used = moves.cells >= 0  # (m, 4)
     at_cell = jnp.clip(moves.cells, 0, heap_size - 1)
     cell_old = jnp.clip(moves.cell_old, 0, heap_size - 1)
@@ -410,20 +418,27 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     old_at = old_at.at[jnp.arange(num_trees)[:, None], at_cell].add(
         jnp.where(used, jnp.take_along_axis(forest.leaf_tree, cell_old, axis=1), 0.0)
     )
-    slot = jnp.arange(heap_size, dtype=jnp.int32)
+    in_tree = jnp.stack([moves.leaf, moves.new_leaf], axis=1)  # (m, 2, H)
+    counted_of_kind = np.array([[0, -1], [-1, -1], [2, 3], [3, -1]])  # GROW, PRUNE, CHANGE, SWAP
     # the (at most two) cells whose points can end in another leaf than
     # their slot: GROW's and PRUNE's two children (to the node if the tree
     # ends pruned), CHANGE's two side-changing cells, SWAP's cells leaving
-    # the moved leaf and the sibling (cells in `bartz.moves` order)
-    remapped = jnp.asarray(np.array([[0, 1], [0, 1], [2, 3], [1, 3]]))[moves.kind]  # (m, 2); GROW, PRUNE, CHANGE, SWAP
+    # the moved leaf and the sibling
+    remapped_of_kind = jnp.asarray(np.array([[0, 1], [0, 1], [2, 3], [1, 3]]))[moves.kind]  # (m, 2)
+    which = jnp.asarray(counted_of_kind)[moves.kind]  # (m, 2) positions in `cells`, -1: none
+    counted = jnp.where((which >= 0) & moves.allowed[:, None], jnp.take_along_axis(moves.cells, jnp.maximum(which, 0), axis=1), -1)
+    slot = jnp.arange(heap_size, dtype=jnp.int32)
 
     # the data axis in blocks, processed by independent kernels that XLA's
     # CPU runtime runs in parallel (its scatter uses one thread)
     n = state.resid.shape[0]
     bounds = _data_blocks(n)
     weights = [None if prec_weights is None else prec_weights[start:stop] for start, stop in bounds]
-    # counts as float sums are exact up to 2**24 points per bin
-    exact_float_counts = max(stop - start for start, stop in bounds) <= 2**24
+    # small n: the counts come from one more column of the scatter (about
+    # free), not from masked reductions (several kernels each, which at
+    # small n cost more than the data); large n: the reductions (a second
+    # scatter column costs a pass over the data)
+    count_in_scatter = len(bounds) == 1 and n < _BLOCK_MIN_POINTS
 
     def finish(resid, leaf_indices, rows, delta, cell_map, j):
         """Apply tree ``j``'s change to the residuals and to its leaf indices:
@@ -445,55 +460,71 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # The previous tree's change is applied here rather than at the end of
         # its own iteration: one pass over the data per tree.
         resid, leaf_indices, prev_rows, prev_delta, prev_cell_map = carry
-        j, old_at, in_tree, remapped, move, log_u, noise = tree
+        j, old_at, in_tree, counted, remapped, count, move, log_u, noise = tree
         # (for the first tree, a no-op: zero delta, no cell)
         resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_delta, prev_cell_map, jnp.maximum(j - 1, 0))
 
         rows = []
-        stats = 0.0
-        counts = 0
+        sums = 0.0
+        num_counted = 0
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
             row = lax.dynamic_slice(leaf_indices, (j, start), (1, stop - start))[0]
             rows.append(row)
-            ones = jnp.ones_like(block_resid)
-            if weighted:
-                columns = [block_resid * block_weights, block_weights]
+            columns = [block_resid * block_weights, block_weights] if weighted else [block_resid]
+            if count_in_scatter:
+                columns.append(jnp.ones_like(block_resid))
+            block_sums = _leaf_sums(row, jnp.stack(columns, axis=1), heap_size)
+            if count_in_scatter:
+                # the counted cells' counts from the scatter's last column
+                # (exact: fewer than 2**24 points)
+                at = jnp.clip(counted, 0, heap_size - 1)
+                num_counted = num_counted + block_sums[at, -1].astype(jnp.int32)
+                sums = sums + block_sums[:, :-1]
+                continue
+            sums = sums + block_sums
+            hits = [row.astype(jnp.int32) == counted[a] for a in range(2)]
+            if stop - start <= 2**24:
+                # a float sum of 0/1 is exact up to 2**24 and faster than XLA's int reduction
+                num = jnp.stack([jnp.sum(jnp.where(h, 1.0, 0.0)) for h in hits]).astype(jnp.int32)
             else:
-                columns = [block_resid]
-            if exact_float_counts:
-                columns.append(ones)
-            else:
-                counts = counts + _leaf_sums(row, ones.astype(jnp.int32), heap_size)
-            stats = stats + _leaf_sums(row, jnp.stack(columns, axis=1), heap_size)
-        stats, counts = _psum((stats, counts), data_axis)
-        if exact_float_counts:
-            counts = stats[:, -1]
-        else:
-            stats = jnp.concatenate([stats, counts[:, None].astype(jnp.float32)], axis=1)
-        # stats: (H, 2 or 3) per slot: residual sum, [precision,] count; the
-        # residual sums include this tree: add back its old value on each
-        # slot (constant there), times the slot's precision
-        prec_sum = stats[:, 1]
-        per_slot = jnp.stack([stats[:, 0] + prec_sum * old_at, prec_sum, counts.astype(jnp.float32)], axis=1)
+                num = jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
+            num_counted = num_counted + num
+        sums, num_counted = _psum((sums, num_counted), data_axis)
+
+        # points per slot: a counted cell's count; another cell's is its
+        # current leaf's count minus the counted cells that leave that leaf
+        # (exact integers); an untouched leaf keeps its count
+        is_counted = (move.cells[:, None] == counted[None, :]) & (counted[None, :] >= 0)  # (4, 2)
+        counted_num = jnp.sum(jnp.where(is_counted, num_counted, 0), axis=1)  # (4,)
+        fresh = jnp.any(is_counted, axis=1)
+        old_leaf = jnp.clip(move.cell_old, 0, heap_size - 1)
+        leaves_leaf = (move.cell_old[:, None] == move.cell_old[None, :]) & fresh[None, :]  # (4, 4)
+        derived = count[old_leaf] - jnp.sum(jnp.where(leaves_leaf, counted_num[None, :], 0), axis=1)
+        cell_count = jnp.where(move.cells >= 0, jnp.where(fresh, counted_num, derived), 0)
+        at_cell = slot[:, None] == move.cells[None, :]  # (H, 4)
+        slot_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(at_cell, cell_count, 0), axis=1)
+
+        # per slot: residual sum and precision; the residual sums include
+        # this tree: add back its old value on each slot (constant there),
+        # times the slot's precision
+        prec_sum = sums[:, 1] if weighted else slot_count.astype(jnp.float32)
+        per_slot = jnp.stack([sums[:, 0] + prec_sum * old_at, prec_sum], axis=1)  # (H, 2)
 
         # per leaf of the current (row 0) and of the proposed tree (row 1):
         # untouched leaves are their own slot, the others sums of (at most
         # four) cells; both trees at once (at small n, every kernel counts)
-        cell_stats = jnp.where(move.cells[:, None] >= 0, per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 3)
-        keep = jnp.where(move.identity[:, None], per_slot, 0.0)
+        cell_stats = jnp.where(move.cells[:, None] >= 0, per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 2)
         to = slot[None, :, None] == jnp.stack([move.cell_old, move.cell_new])[:, None, :]  # (2, H, 4)
-        both = keep + jnp.sum(jnp.where(to[..., None], cell_stats, 0.0), axis=2)  # (2, H, 3)
-        if not exact_float_counts:
-            # float sums of counts above 2**24 round: add them as integers
-            cell_counts = jnp.where(move.cells >= 0, counts[jnp.clip(move.cells, 0, heap_size - 1)], 0)
-            both_counts = jnp.where(move.identity, counts, 0) + jnp.sum(jnp.where(to, cell_counts, 0), axis=2)
+        keep = jnp.where(move.identity[:, None], per_slot, 0.0)
+        both = keep + jnp.sum(jnp.where(to[..., None], cell_stats, 0.0), axis=2)  # (2, H, 2)
+        both_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(to, cell_count, 0), axis=2)  # (2, H)
 
         # the log likelihood ratio summed per slot, so that untouched leaves
         # cancel exactly, and the leaves of the proposed tree with too few
         # points, in one reduction
         marginals = _log_marginal(both[..., 0], both[..., 1], inv_sigma2, inv_tau2)  # (2, H)
         contrib = jnp.where(in_tree, marginals, 0.0)
-        too_small = move.new_leaf & ~move.identity & (both[1, :, 2] < min_points.astype(jnp.float32))
+        too_small = move.new_leaf & ~move.identity & (both_count[1] < min_points)
         totals = jnp.sum(jnp.stack([contrib[1] - contrib[0], too_small.astype(jnp.float32)]), axis=1)
         log_alpha = move.log_ratio_tree + totals[0]
         allowed = move.allowed & (totals[1] == 0)
@@ -508,23 +539,19 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # per slot: old minus new value; the final leaf of the changed cells
         cell_final = jnp.where(accept, move.cell_new, move.cell_old)
         cell_value = jnp.where(move.cells >= 0, new_values[jnp.clip(cell_final, 0, heap_size - 1)], 0.0)
-        new_at = jnp.where(move.identity, new_values, 0.0) + jnp.sum(
-            jnp.where(slot[:, None] == move.cells[None, :], cell_value, 0.0), axis=1
-        )
+        new_at = jnp.where(move.identity, new_values, 0.0) + jnp.sum(jnp.where(at_cell, cell_value, 0.0), axis=1)
         delta = old_at - new_at
 
         carry = (resid, leaf_indices, tuple(rows), delta, jnp.stack([move.cells[remapped], cell_final[remapped]]))
-        # the outputs of the tree in two arrays (fewer writes per tree):
-        # values, counts (as floats if exact) and precisions; the flags
-        out = [new_values, jnp.where(leaf, final[:, 2], 0.0)] + ([jnp.where(leaf, final[:, 1], 0.0)] if weighted else [])
-        flags = jnp.stack([accept, allowed])
-        if exact_float_counts:
-            return carry, (jnp.stack(out, axis=1), flags, None)
-        final_count = jnp.where(leaf, jnp.where(accept, both_counts[1], both_counts[0]), 0)
-        return carry, (jnp.stack(out, axis=1), flags, final_count)
+        # the outputs of the tree in two arrays (fewer writes per tree): the
+        # values, the counts (their int32 bits) and the precisions; the flags
+        final_count = jnp.where(leaf, jnp.where(accept, both_count[1], both_count[0]), 0)
+        out = [new_values, lax.bitcast_convert_type(final_count, jnp.float32)]
+        if weighted:
+            out.append(jnp.where(leaf, final[:, 1], 0.0))
+        return carry, (jnp.stack(out, axis=1), jnp.stack([accept, allowed]))
 
-    in_tree = jnp.stack([moves.leaf, moves.new_leaf], axis=1)  # (m, 2, H): leaves of the current and proposed trees
-    xs = (jnp.arange(num_trees), old_at, in_tree, remapped, moves, log_u, noise)
+    xs = (jnp.arange(num_trees), old_at, in_tree, counted, remapped_of_kind, forest.leaf_count, moves, log_u, noise)
     carry = (
         tuple(state.resid[start:stop] for start, stop in bounds),
         cell_indices,
@@ -532,9 +559,9 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         jnp.zeros(heap_size, jnp.float32),
         jnp.full((2, 2), -1, jnp.int32),
     )
-    carry, (outs, flags, int_count) = lax.scan(body, carry, xs)
+    carry, (outs, flags) = lax.scan(body, carry, xs)
     leaf_tree = outs[:, :, 0]
-    leaf_count = outs[:, :, 1].astype(jnp.int32) if int_count is None else int_count
+    leaf_count = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
     leaf_prec = outs[:, :, 2] if weighted else None
     accepted, allowed = flags[:, 0], flags[:, 1]
     resid, leaf_indices = finish(*carry, num_trees - 1)
