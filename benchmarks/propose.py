@@ -42,25 +42,9 @@ from jax import numpy as jnp
 from jax import random
 
 from bartz import grove, mcmcstep
+from bartz.moves import _ancestor_tables  # static numpy tables, unchanged since bfe0dfc
 
 # ------------------------------------------------ the GROW/PRUNE proposal of bfe0dfc
-
-
-def _ancestor_tables(heap_size: int):
-    depth = heap_size.bit_length() - 1
-    levels = depth - 1
-    nodes = np.arange(heap_size)
-    node_level = grove.node_depths(heap_size)
-    anc = np.zeros((heap_size, max(levels, 1)), np.int32)
-    valid = np.zeros_like(anc, bool)
-    right = np.zeros_like(anc, bool)
-    for k in nodes[1:]:
-        d = node_level[k]
-        for j in range(d):
-            anc[k, j] = k >> (d - j)
-            valid[k, j] = True
-            right[k, j] = (k >> (d - j - 1)) & 1
-    return anc, valid, right
 
 
 def num_exhausted(var_tree, split_tree, max_split, heap_size):
