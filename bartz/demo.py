@@ -153,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         ('95% interval coverage of f (test)', f'{coverage:.1%} (mean width {width:.3f})'),
         ('posterior mean sigma (true 1)', f'{fit.sigma_mean:.3f}'),
         ('sigest (prior guess)', f'{fit.sigest:.3f}'),
-        ('acceptance rate, grow', f'{fit.accept_rate["grow"]:.1%}'),
-        ('acceptance rate, prune', f'{fit.accept_rate["prune"]:.1%}'),
+        ('acceptance rate, grow | prune | change | swap', _accept_line(fit.accept_rate)),
         ('splits per draw on x1..x5 | x6..x10', _varcount_line(fit.varcount_mean)),
     ]
     if info.interrupted:
@@ -181,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _true_f(x: np.ndarray) -> np.ndarray:
     return 10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3] + 5 * x[:, 4]
+
+
+def _accept_line(accept_rate: dict) -> str:
+    return ' | '.join(f'{accept_rate[move]:.1%}' for move in ('grow', 'prune', 'change', 'swap'))
 
 
 def _varcount_line(varcount_mean) -> str:

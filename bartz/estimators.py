@@ -250,6 +250,8 @@ class _BARTEstimator:
             maxdepth=self.maxdepth,
             min_points_per_leaf=self.min_points_per_leaf,
             mc_cores=self.mc_cores,
+            moves=self.moves,
+            warmstart=self.warmstart,
             printevery=None,
             seed=self._random_seed(),
             **kwargs,
@@ -278,6 +280,10 @@ _SHARED_DOC = """
         As in `bartz.gbart`.
     maxdepth, min_points_per_leaf, mc_cores
         As in `bartz.gbart`.
+    moves, warmstart
+        The tree moves and their probabilities, and the number of
+        grow-from-root sweeps before the MCMC, as in `bartz.gbart`
+        (defaults: GROW/PRUNE/CHANGE/SWAP, no warm start).
     random_state
         Seed of the chain: an integer, None (a fresh seed at every fit, as
         scikit-learn; note that `bartz.gbart` defaults to R's 99), or a numpy
@@ -330,6 +336,8 @@ class BARTRegressor(_BARTEstimator):
         maxdepth=6,
         min_points_per_leaf=5,
         mc_cores=1,
+        moves=None,
+        warmstart=0,
         random_state=None,
     ):
         self.ntree = ntree
@@ -356,6 +364,8 @@ class BARTRegressor(_BARTEstimator):
         self.maxdepth = maxdepth
         self.min_points_per_leaf = min_points_per_leaf
         self.mc_cores = mc_cores
+        self.moves = moves
+        self.warmstart = warmstart
         self.random_state = random_state
 
     def fit(self, X, y):
@@ -454,6 +464,8 @@ class BARTClassifier(_BARTEstimator):
         maxdepth=6,
         min_points_per_leaf=5,
         mc_cores=1,
+        moves=None,
+        warmstart=0,
         random_state=None,
     ):
         self.type = type
@@ -477,6 +489,8 @@ class BARTClassifier(_BARTEstimator):
         self.maxdepth = maxdepth
         self.min_points_per_leaf = min_points_per_leaf
         self.mc_cores = mc_cores
+        self.moves = moves
+        self.warmstart = warmstart
         self.random_state = random_state
 
     def fit(self, X, y):

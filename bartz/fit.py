@@ -83,7 +83,7 @@ class BARTFit:
         'varprob': '(ndpost, p) split probability of each encoded column (DART s, or the uniform prior)',
         'varprob_mean': '(p,) mean of varprob over draws',
         # ---- the run
-        'accept_rate': "dict: acceptance rates of the 'grow' and 'prune' moves",
+        'accept_rate': "dict: acceptance rates of the 'grow', 'prune', 'change' and 'swap' moves",
         'elapsed': 'seconds of the MCMC run, compilation included',
         'run_info': 'bartz.mcmcloop.RunInfo of the run (None for a loaded fit)',
         # ---- what prediction needs (private)

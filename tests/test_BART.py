@@ -619,6 +619,9 @@ def test_draws_independent_of_printevery(fit, data, capsys):
     chunked = gbart(x, y, x_test=x_test, seed=0, **{**SMALL, 'printevery': 7})
     out = capsys.readouterr().out
     assert f'{SMALL["nskip"] + SMALL["ndpost"]}/{SMALL["nskip"] + SMALL["ndpost"]}' in out
+    # the progress line shows the acceptance rate of every move
+    last = out.strip().splitlines()[-1]
+    assert all(f' {move} ' in last for move in ('grow', 'prune', 'change', 'swap')), last
     assert_array_equal(chunked.yhat_train, fit.yhat_train)
     assert_array_equal(chunked.sigma, fit.sigma)
 

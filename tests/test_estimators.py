@@ -158,3 +158,31 @@ def _root():
     from pathlib import Path  # noqa: PLC0415
 
     return Path(__file__).resolve().parent.parent
+
+
+def test_moves_and_warmstart_reach_gbart(regression_data, monkeypatch):
+    """The estimators pass `moves` and `warmstart` to `bartz.gbart`, which
+    validates them (a bad value fails at fit, naming the argument)."""
+    X, y = regression_data
+    model = BARTRegressor(**SMALL, moves=('grow', 'prune'), random_state=0).fit(X, y)
+    info = model.fit_.run_info
+    assert info.change_proposed == 0 and info.swap_proposed == 0 and info.grow_proposed > 0
+    default = BARTRegressor(**SMALL, random_state=0).fit(X, y)
+    assert default.fit_.run_info.change_proposed > 0
+    with pytest.raises(ValueError, match='moves'):
+        BARTRegressor(**SMALL, moves=('grow',)).fit(X, y)
+    with pytest.raises(ValueError, match='warmstart'):
+        BARTClassifier(**SMALL, warmstart=-1).fit(X, X[:, 0] > 0)
+
+    from bartz import estimators  # noqa: PLC0415
+
+    seen = {}
+    real = estimators.gbart
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(estimators, 'gbart', spy)
+    BARTClassifier(**SMALL, keepevery=2, warmstart=1, moves={'grow': 1, 'prune': 1, 'swap': 1}, random_state=0).fit(X, X[:, 0] > 0)
+    assert seen['warmstart'] == 1 and seen['moves'] == {'grow': 1, 'prune': 1, 'swap': 1}

@@ -368,7 +368,12 @@ def _assert_same(fast, reference):
     np.testing.assert_allclose(a[finite], b[finite], rtol=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize('case', list(CASES))
+# the costliest cases run with the slow tests (their features, exhausted
+# predictors, DART and many predictors, are in the default run's cases too)
+_SLOW_CASES = {'exhausted_deep', 'dart_wide', 'dart_wider'}
+
+
+@pytest.mark.parametrize('case', [pytest.param(c, marks=pytest.mark.slow) if c in _SLOW_CASES else c for c in CASES])
 def test_propose_tree_matches_reference(case):
     rng = np.random.default_rng(list(CASES).index(case))
     state = CASES[case](rng)
