@@ -111,7 +111,7 @@ class Forest(NamedTuple):
     leaf_tree: jax.Array  # (m, H) float32: leaf values, 0 at non-leaves
     leaf_indices: jax.Array  # (m, n) uint8: heap index of each point's leaf
     leaf_count: jax.Array  # (m, H) int32: points per leaf (0 at non-leaves)
-    leaf_prec: jax.Array | None  # (m, H) float32: sum of 1/w^2 per leaf; None if unweighted
+    leaf_prec: jax.Array | None  # (m, H) float32: sum of 1/w^2 per leaf; None if unweighted or logistic
 
 
 class State(NamedTuple):
@@ -293,12 +293,13 @@ def init(
     resid = np.where(valid, resid, 0.0).astype(np.float32)
     leaf_count = np.zeros((num_trees, heap_size), np.int32)
     leaf_count[:, 1] = np.sum(valid)
+    leaf_prec = None
     if prec_weights is not None:
         prec_weights = np.where(valid, np.asarray(prec_weights, np.float32), 0.0).astype(np.float32)
+    if prec_weights is not None and not logistic:
+        # (logistic: the weights change every sweep, see `_draw_latent_logit`)
         leaf_prec = np.zeros((num_trees, heap_size), np.float32)
         leaf_prec[:, 1] = np.sum(prec_weights, dtype=np.float32)
-    else:
-        leaf_prec = None
     forest = Forest(
         var_tree=np.zeros((num_trees, half), _uint_for(max(p - 1, 1))),
         split_tree=np.zeros((num_trees, half), X.dtype),
@@ -562,7 +563,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     carry, (outs, flags) = lax.scan(body, carry, xs)
     leaf_tree = outs[:, :, 0]
     leaf_count = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
-    leaf_prec = outs[:, :, 2] if weighted else None
+    leaf_prec = outs[:, :, 2] if forest.leaf_prec is not None else None
     accepted, allowed = flags[:, 0], flags[:, 1]
     resid, leaf_indices = finish(*carry, num_trees - 1)
     resid = jnp.concatenate(resid)
@@ -643,9 +644,11 @@ def _draw_latent_logit(key, state: State, data_axis=None) -> State:
     of ``psi`` is that of ``(y_i - 1/2) / omega_i ~ N(psi_i, 1 / omega_i)``,
     so the trees are drawn by the weighted Gaussian sweep with ``sigma^2 =
     1``, precision weights ``omega`` and pseudo-responses ``z`` (stored minus
-    the offset). The per-leaf precision sums ``leaf_prec`` follow ``omega``:
-    they are recomputed from the leaf indices, one scatter per tree, memory
-    O(n).
+    the offset). The sweep sums the precisions of each leaf afresh from the
+    weights, so a logistic state carries no per-leaf precision sums
+    (``forest.leaf_prec`` is None): keeping them equal to the new ``omega``
+    would take one more scatter per tree and sweep, about 15% of an
+    iteration at n = 10,000, for a field nothing reads.
     """
     forest = state.forest
     mean = state.z - state.resid
@@ -657,12 +660,7 @@ def _draw_latent_logit(key, state: State, data_axis=None) -> State:
     omega = jnp.where(real, omega, 0.0)
     kappa = jnp.where(state.y, 0.5, -0.5)
     z = jnp.where(real, kappa / jnp.where(real, omega, 1.0) - state.logit_offset, 0.0)
-    heap_size = forest.leaf_tree.shape[1]
-    leaf_prec = lax.map(lambda row: _leaf_sums(row, omega, heap_size), forest.leaf_indices)
-    leaf_prec = _psum(leaf_prec, data_axis)
-    return state._replace(
-        z=z, resid=jnp.where(real, z - mean, 0.0), prec_weights=omega, forest=forest._replace(leaf_prec=leaf_prec)
-    )
+    return state._replace(z=z, resid=jnp.where(real, z - mean, 0.0), prec_weights=omega)
 
 
 _THETA_GRID_SIZE = 1000

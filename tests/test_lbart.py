@@ -142,15 +142,19 @@ def test_root_leaf_posterior_matches_quadrature(seed):
     cdf = integrate.cumulative_trapezoid(dens, grid, initial=0)
     cdf /= cdf[-1]
     assert stats.kstest(mu, lambda q: np.interp(q, grid, cdf)).pvalue > P_MIN
-    # the state stays consistent: precision sums are those of the weights
+    # the weights are positive; a logistic state carries no precision sums
+    # (the sweep sums them afresh)
     omega = np.asarray(state.prec_weights)
-    np.testing.assert_allclose(np.asarray(state.forest.leaf_prec)[:, 0, 1], omega.sum(axis=1), rtol=1e-5)
+    assert state.forest.leaf_prec is None
     assert np.all(omega > 0)
 
 
-def test_leaf_prec_follows_weights():
-    """After a sweep, each tree's per-leaf precision sums are the sums of the
-    Polya-Gamma weights of its points, and padded points have weight 0."""
+def test_weights_and_latents_after_sweeps():
+    """After sweeps the Polya-Gamma weights are positive at real points and 0
+    at padding, the pseudo-responses follow them, and the state carries no
+    per-leaf precision sums (every sweep sums them afresh from the weights;
+    the exactness of those sums is checked by the root-leaf posterior test
+    above and by the bookkeeping tests of `test_mcmcstep`)."""
     rng = np.random.default_rng(0)
     n, p = 300, 3
     X = rng.integers(0, 10, size=(p, n)).astype(np.uint8)
@@ -166,9 +170,7 @@ def test_leaf_prec_follows_weights():
         state, _ = step(key, state)
     omega = np.asarray(state.prec_weights)
     assert np.all(omega[valid] > 0) and np.all(omega[~valid] == 0)
-    idx = np.asarray(state.forest.leaf_indices)
-    expected = np.stack([np.bincount(row, weights=omega, minlength=64) for row in idx])
-    np.testing.assert_allclose(np.asarray(state.forest.leaf_prec), expected, rtol=1e-4, atol=1e-5)
+    assert state.forest.leaf_prec is None
     # z and resid: (y - 1/2) / omega - offset, and z minus the sum of trees
     z = np.asarray(state.z)
     np.testing.assert_allclose(z[valid], np.where(y, 0.5, -0.5)[valid] / omega[valid] - 0.1, rtol=1e-5)
