@@ -779,7 +779,8 @@ def refresh(state: State, *, data_axis: str | None = None) -> State:
       (rounding ``sqrt(m)`` ulps of the sum of trees); padding points
       (leaf index 0) keep residual 0.
     - ``leaf_prec[j] = sum of prec_weights by leaf_indices[j]``, one scatter
-      per tree, if the state carries them (weighted, or logistic).
+      per tree, if the state carries them (with fixed weights; a logistic
+      state has none, see `_draw_latent_logit`).
 
     Leaf counts are integers and exact: they are not recomputed. The draws
     of the chain are unchanged in law; `bartz.mcmcloop.run_mcmc` calls this
