@@ -37,7 +37,12 @@ def test_no_sklearn_import_at_run_time():
 @pytest.mark.filterwarnings('ignore::UserWarning', 'ignore::FutureWarning')
 @pytest.mark.parametrize(
     'estimator',
-    [BARTRegressor(**SMALL), BARTClassifier(**SMALL, keepevery=2), pytest.param(BARTClassifier(**SMALL, keepevery=2, type='lbart'), marks=pytest.mark.slow)],
+    [
+        BARTRegressor(**SMALL),
+        # the classifiers' checks (over a minute each) run with the slow tests
+        pytest.param(BARTClassifier(**SMALL, keepevery=2), marks=pytest.mark.slow),
+        pytest.param(BARTClassifier(**SMALL, keepevery=2, type='lbart'), marks=pytest.mark.slow),
+    ],
     ids=['regressor', 'classifier-probit', 'classifier-logistic'],
 )
 def test_check_estimator(estimator):
