@@ -532,7 +532,7 @@ class _Progress:
         sigma = '' if f['sigma'] is None else f' sigma {f["sigma"]:.3g}'
         line = (
             f'[{bar}] {it}/{self.total} it | acc grow {f["grow_acc"]:.0%} prune {f["prune_acc"]:.0%} '
-            f'change {f.get("change_acc", 0.0):.0%} swap {f.get("swap_acc", 0.0):.0%} '
+            f'change {f["change_acc"]:.0%} swap {f["swap_acc"]:.0%} '
             f'| leaves/tree {f["mean_leaves"]:.2f}{sigma} | {_fmt_time(f["elapsed"])} elapsed, '
             f'{_fmt_time(remaining)} left'
         )

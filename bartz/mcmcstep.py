@@ -440,6 +440,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # small n cost more than the data); large n: the reductions (a second
     # scatter column costs a pass over the data)
     count_in_scatter = len(bounds) == 1 and n < _BLOCK_MIN_POINTS
+    keep_prec = forest.leaf_prec is not None  # (a logistic state has none)
 
     def finish(resid, leaf_indices, rows, delta, cell_map, j):
         """Apply tree ``j``'s change to the residuals and to its leaf indices:
@@ -548,7 +549,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # values, the counts (their int32 bits) and the precisions; the flags
         final_count = jnp.where(leaf, jnp.where(accept, both_count[1], both_count[0]), 0)
         out = [new_values, lax.bitcast_convert_type(final_count, jnp.float32)]
-        if weighted:
+        if keep_prec:
             out.append(jnp.where(leaf, final[:, 1], 0.0))
         return carry, (jnp.stack(out, axis=1), jnp.stack([accept, allowed]))
 
@@ -563,7 +564,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     carry, (outs, flags) = lax.scan(body, carry, xs)
     leaf_tree = outs[:, :, 0]
     leaf_count = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
-    leaf_prec = outs[:, :, 2] if forest.leaf_prec is not None else None
+    leaf_prec = outs[:, :, 2] if keep_prec else None
     accepted, allowed = flags[:, 0], flags[:, 1]
     resid, leaf_indices = finish(*carry, num_trees - 1)
     resid = jnp.concatenate(resid)
