@@ -369,6 +369,10 @@ def _move_probs(state: State):
 
 
 
+# ``_EARLIER[c, d]``: cell ``d`` comes before cell ``c`` (of the four cells of a move)
+_EARLIER = np.tri(4, k=-1, dtype=bool)
+
+
 def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
     """Log marginal likelihood of a leaf, up to terms that cancel in ratios."""
     post_prec = prec_sum * inv_sigma2 + inv_tau2
@@ -408,8 +412,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
 
     # for all trees at once, outside the loop over trees: this tree's
     # current value on each slot (its leaf's; for a cell, its current
-    # leaf's), the leaf masks of the current and proposed trees, and the
-    # (at most two) cells whose points are counted: GROW's left cell,
+    # leaf's), and the (at most two) cells whose points are counted: GROW's left cell,
     # CHANGE's two cells that change side, SWAP's cell that leaves the
     # sibling (cells in `bartz.moves` order)
     used = moves.cells >= 0  # (m, 4)
@@ -419,7 +422,6 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     old_at = old_at.at[jnp.arange(num_trees)[:, None], at_cell].add(
         jnp.where(used, jnp.take_along_axis(forest.leaf_tree, cell_old, axis=1), 0.0)
     )
-    in_tree = jnp.stack([moves.leaf, moves.new_leaf], axis=1)  # (m, 2, H)
     counted_of_kind = np.array([[0, -1], [-1, -1], [2, 3], [3, -1]])  # GROW, PRUNE, CHANGE, SWAP
     # the (at most two) cells whose points can end in another leaf than
     # their slot: GROW's and PRUNE's two children (to the node if the tree
@@ -462,7 +464,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # The previous tree's change is applied here rather than at the end of
         # its own iteration: one pass over the data per tree.
         resid, leaf_indices, prev_rows, prev_delta, prev_cell_map = carry
-        j, old_at, in_tree, counted, remapped, count, move, log_u, noise = tree
+        j, old_at, counted, remapped, count, move, log_u, noise = tree
         # (for the first tree, a no-op: zero delta, no cell)
         resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_delta, prev_cell_map, jnp.maximum(j - 1, 0))
 
@@ -512,34 +514,43 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         prec_sum = sums[:, 1] if weighted else slot_count.astype(jnp.float32)
         per_slot = jnp.stack([sums[:, 0] + prec_sum * old_at, prec_sum], axis=1)  # (H, 2)
 
-        # per leaf of the current (row 0) and of the proposed tree (row 1):
-        # untouched leaves are their own slot, the others sums of (at most
-        # four) cells; both trees at once (at small n, every kernel counts)
-        cell_stats = jnp.where(move.cells[:, None] >= 0, per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 2)
-        to = slot[None, :, None] == jnp.stack([move.cell_old, move.cell_new])[:, None, :]  # (2, H, 4)
-        keep = jnp.where(move.identity[:, None], per_slot, 0.0)
-        both = keep + jnp.sum(jnp.where(to[..., None], cell_stats, 0.0), axis=2)  # (2, H, 2)
-        both_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(to, cell_count, 0), axis=2)  # (2, H)
+        # per cell: the statistics of its leaf in the current (row 0) and in
+        # the proposed tree (row 1), sums over the cells of that leaf. The
+        # leaves the move does not touch are the same in both trees and
+        # cancel from the ratio: only the touched leaves (at most two per
+        # tree) enter it, each once, at its first cell; four log marginals
+        # per tree, not one per heap slot (at small n, heap-sized work is
+        # what a tree costs)
+        used = move.cells >= 0
+        cell_stats = jnp.where(used[:, None], per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 2)
+        leaves = jnp.stack([move.cell_old, move.cell_new])  # (2, 4)
+        same = (leaves[:, :, None] == leaves[:, None, :]) & used  # (2, 4, 4)
+        leaf_stats = jnp.sum(jnp.where(same[..., None], cell_stats, 0.0), axis=2)  # (2, 4, 2)
+        leaf_count = jnp.sum(jnp.where(same, cell_count, 0), axis=2)  # (2, 4)
+        first = used & ~jnp.any(same & _EARLIER, axis=2)  # (2, 4)
 
-        # the log likelihood ratio summed per slot, so that untouched leaves
-        # cancel exactly, and the leaves of the proposed tree with too few
-        # points, in one reduction
-        marginals = _log_marginal(both[..., 0], both[..., 1], inv_sigma2, inv_tau2)  # (2, H)
-        contrib = jnp.where(in_tree, marginals, 0.0)
-        too_small = move.new_leaf & ~move.identity & (both_count[1] < min_points)
+        # the log likelihood ratio and the leaves of the proposed tree with
+        # too few points, in one reduction
+        marginals = _log_marginal(leaf_stats[..., 0], leaf_stats[..., 1], inv_sigma2, inv_tau2)  # (2, 4)
+        contrib = jnp.where(first, marginals, 0.0)
+        too_small = first[1] & (leaf_count[1] < min_points)
         totals = jnp.sum(jnp.stack([contrib[1] - contrib[0], too_small.astype(jnp.float32)]), axis=1)
         log_alpha = move.log_ratio_tree + totals[0]
         allowed = move.allowed & (totals[1] == 0)
         accept = allowed & (log_u < log_alpha)
 
+        # every leaf of the final tree: an untouched leaf is its own slot, a
+        # touched one the sum of its cells
         leaf = jnp.where(accept, move.new_leaf, move.leaf)
-        final = jnp.where(accept, both[1], both[0])
+        cell_final = jnp.where(accept, move.cell_new, move.cell_old)
+        to = (slot[:, None] == cell_final[None, :]) & used  # (H, 4)
+        final = jnp.where(move.identity[:, None], per_slot, 0.0) + jnp.sum(jnp.where(to[..., None], cell_stats, 0.0), axis=1)
+        final_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(to, cell_count, 0), axis=1)
         post_prec = final[:, 1] * inv_sigma2 + inv_tau2
         post_mean = final[:, 0] * inv_sigma2 / post_prec
         new_values = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
 
         # per slot: old minus new value; the final leaf of the changed cells
-        cell_final = jnp.where(accept, move.cell_new, move.cell_old)
         cell_value = jnp.where(move.cells >= 0, new_values[jnp.clip(cell_final, 0, heap_size - 1)], 0.0)
         new_at = jnp.where(move.identity, new_values, 0.0) + jnp.sum(jnp.where(at_cell, cell_value, 0.0), axis=1)
         delta = old_at - new_at
@@ -547,13 +558,12 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         carry = (resid, leaf_indices, tuple(rows), delta, jnp.stack([move.cells[remapped], cell_final[remapped]]))
         # the outputs of the tree in two arrays (fewer writes per tree): the
         # values, the counts (their int32 bits) and the precisions; the flags
-        final_count = jnp.where(leaf, jnp.where(accept, both_count[1], both_count[0]), 0)
-        out = [new_values, lax.bitcast_convert_type(final_count, jnp.float32)]
+        out = [new_values, lax.bitcast_convert_type(jnp.where(leaf, final_count, 0), jnp.float32)]
         if keep_prec:
             out.append(jnp.where(leaf, final[:, 1], 0.0))
         return carry, (jnp.stack(out, axis=1), jnp.stack([accept, allowed]))
 
-    xs = (jnp.arange(num_trees), old_at, in_tree, counted, remapped_of_kind, forest.leaf_count, moves, log_u, noise)
+    xs = (jnp.arange(num_trees), old_at, counted, remapped_of_kind, forest.leaf_count, moves, log_u, noise)
     carry = (
         tuple(state.resid[start:stop] for start, stop in bounds),
         cell_indices,
