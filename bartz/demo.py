@@ -19,6 +19,7 @@ Friedman (1991), Multivariate adaptive regression splines, Ann. Statist.
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     # import late, so that --help is instant
     import jax  # noqa: PLC0415
 
-    from bartz import gbart  # noqa: PLC0415
+    from bartz import ConvergenceWarning, gbart  # noqa: PLC0415
     from bartz.plot import plot_fit, plot_sigma, plt  # noqa: PLC0415
 
     rng = np.random.default_rng(args.seed)
@@ -115,18 +116,27 @@ def main(argv: list[str] | None = None) -> int:
         f'on {jax.devices()[0].platform.upper()} ({jax.device_count()} device(s))'
     )
     start = time.perf_counter()
-    fit = gbart(
-        x,
-        y,
-        x_test=x_test,
-        ntree=args.ntree,
-        nskip=args.nskip,
-        ndpost=args.ndpost,
-        keepevery=keepevery,
-        printevery=args.printevery or None,
-        seed=args.seed,
-    )
+    # the convergence check is reported in the summary, not as a warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always', ConvergenceWarning)
+        fit = gbart(
+            x,
+            y,
+            x_test=x_test,
+            ntree=args.ntree,
+            nskip=args.nskip,
+            ndpost=args.ndpost,
+            keepevery=keepevery,
+            printevery=args.printevery or None,
+            seed=args.seed,
+        )
     total = time.perf_counter() - start
+    converged = True
+    for w in caught:
+        if issubclass(w.category, ConvergenceWarning):
+            converged = False
+        else:  # pass the other warnings on
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     info = fit.run_info
     if info.interrupted:
@@ -155,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         ('sigest (prior guess)', f'{fit.sigest:.3f}'),
         ('acceptance rate, grow | prune | change | swap', _accept_line(fit.accept_rate)),
         ('splits per draw on x1..x5 | x6..x10', _varcount_line(fit.varcount_mean)),
+        ('convergence of sigma (R-hat, ESS)', _convergence_line(fit, converged)),
     ]
     if info.interrupted:
         rows.insert(0, ('note', 'interrupted by Ctrl-C: summary of the draws collected so far'))
@@ -180,6 +191,23 @@ def main(argv: list[str] | None = None) -> int:
 
 def _true_f(x: np.ndarray) -> np.ndarray:
     return 10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3] + 5 * x[:, 4]
+
+
+def _convergence_line(fit, converged: bool) -> str:
+    from bartz import ConvergenceWarning  # noqa: PLC0415
+
+    with warnings.catch_warnings():  # (already reported by `converged`)
+        warnings.simplefilter('ignore', ConvergenceWarning)
+        stats = fit.diagnostics()
+    sigma = stats.loc['sigma']
+    line = f'R-hat {sigma["rhat"]:.3f}, ESS {sigma["ess_bulk"]:.0f} of {fit.ndpost} draws'
+    if converged:
+        return line + ': check passed'
+    # the check of gbart's ConvergenceWarning failed: say so, and why it is common here
+    return (
+        line + ': check failed (R-hat > 1.05 or ESS < 100 for sigma or f); at large n the error sd of BART '
+        'mixes slowly: for reliable intervals run longer (--nskip, --ndpost) or several chains'
+    )
 
 
 def _accept_line(accept_rate: dict) -> str:
