@@ -388,12 +388,14 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     the pass sums the residuals by slot (one scatter), with weights also
     the precisions (the same scatter: every precision sum is fresh, never a
     difference of larger sums, which would lose all digits of a small leaf
-    among millions of points), and counts the points of at most two cells
-    (the others are carried integer counts, or differences of them, which
-    are exact). The statistics of the leaves of the current and of the
-    proposed tree are sums over cells, the log marginal likelihood ratio is
-    exact (leaves the move does not touch cancel exactly), and every leaf of
-    the final tree gets its conjugate draw. The tree's change in the
+    among millions of points). It counts the points of every slot with one
+    more column of the same scatter at small n (one data block), else of
+    at most two cells (the others are carried integer counts, or
+    differences of them, which are exact). The statistics of the leaves
+    the move touches (at most two per tree) are sums over its cells; the
+    log marginal likelihood ratio is computed from them alone (the other
+    leaves are the same in both trees and cancel), and every leaf of the
+    final tree gets its conjugate draw. The tree's change in the
     residuals, ``old - new`` value by slot, is applied with the next tree's
     pass.
     """
@@ -479,11 +481,10 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
                 columns.append(jnp.ones_like(block_resid))
             block_sums = _leaf_sums(row, jnp.stack(columns, axis=1), heap_size)
             if count_in_scatter:
-                # the counted cells' counts from the scatter's last column
-                # (exact: fewer than 2**24 points)
-                at = jnp.clip(counted, 0, heap_size - 1)
-                num_counted = num_counted + block_sums[at, -1].astype(jnp.int32)
-                sums = sums + block_sums[:, :-1]
+                # every slot's count from the scatter's last column (exact:
+                # fewer than 2**24 points)
+                num_counted = block_sums[:, -1].astype(jnp.int32)
+                sums = block_sums[:, :-1]
                 continue
             sums = sums + block_sums
             hits = [row.astype(jnp.int32) == counted[a] for a in range(2)]
@@ -495,18 +496,24 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             num_counted = num_counted + num
         sums, num_counted = _psum((sums, num_counted), data_axis)
 
-        # points per slot: a counted cell's count; another cell's is its
-        # current leaf's count minus the counted cells that leave that leaf
-        # (exact integers); an untouched leaf keeps its count
-        is_counted = (move.cells[:, None] == counted[None, :]) & (counted[None, :] >= 0)  # (4, 2)
-        counted_num = jnp.sum(jnp.where(is_counted, num_counted, 0), axis=1)  # (4,)
-        fresh = jnp.any(is_counted, axis=1)
-        old_leaf = jnp.clip(move.cell_old, 0, heap_size - 1)
-        leaves_leaf = (move.cell_old[:, None] == move.cell_old[None, :]) & fresh[None, :]  # (4, 4)
-        derived = count[old_leaf] - jnp.sum(jnp.where(leaves_leaf, counted_num[None, :], 0), axis=1)
-        cell_count = jnp.where(move.cells >= 0, jnp.where(fresh, counted_num, derived), 0)
+        # points per slot: at small n, the scatter counted them all;
+        # else a counted cell's count; another cell's is its current leaf's
+        # count minus the counted cells that leave that leaf (exact
+        # integers); an untouched leaf keeps its count
+        used = move.cells >= 0
         at_cell = slot[:, None] == move.cells[None, :]  # (H, 4)
-        slot_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(at_cell, cell_count, 0), axis=1)
+        if count_in_scatter:
+            slot_count = num_counted
+            cell_count = jnp.where(used, slot_count[jnp.clip(move.cells, 0, heap_size - 1)], 0)
+        else:
+            is_counted = (move.cells[:, None] == counted[None, :]) & (counted[None, :] >= 0)  # (4, 2)
+            counted_num = jnp.sum(jnp.where(is_counted, num_counted, 0), axis=1)  # (4,)
+            fresh = jnp.any(is_counted, axis=1)
+            old_leaf = jnp.clip(move.cell_old, 0, heap_size - 1)
+            leaves_leaf = (move.cell_old[:, None] == move.cell_old[None, :]) & fresh[None, :]  # (4, 4)
+            derived = count[old_leaf] - jnp.sum(jnp.where(leaves_leaf, counted_num[None, :], 0), axis=1)
+            cell_count = jnp.where(used, jnp.where(fresh, counted_num, derived), 0)
+            slot_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(at_cell, cell_count, 0), axis=1)
 
         # per slot: residual sum and precision; the residual sums include
         # this tree: add back its old value on each slot (constant there),
@@ -521,7 +528,6 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # tree) enter it, each once, at its first cell; four log marginals
         # per tree, not one per heap slot (at small n, heap-sized work is
         # what a tree costs)
-        used = move.cells >= 0
         cell_stats = jnp.where(used[:, None], per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 2)
         leaves = jnp.stack([move.cell_old, move.cell_new])  # (2, 4)
         same = (leaves[:, :, None] == leaves[:, None, :]) & used  # (2, 4, 4)
