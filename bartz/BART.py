@@ -147,7 +147,8 @@ def gbart(
         R's data augmentation for DART; not implemented
         (`NotImplementedError`).
     rho
-        Default: the number of predictors (after ``rm_const``).
+        Default: the number of predictors (after ``rm_const``; the two
+        copies of a column with missing values count once).
     xinfo
         User cut-points: ``(p, K)`` matrix (NaN-padded) or list of arrays,
         one row per encoded column (after dummies, as R).
@@ -319,7 +320,9 @@ def gbart(
 
     # 4. run
     log_s = enc.log_split_weights()[kept] if enc.augmented else None
-    X, trace, burn_sigma2, info = _run(key, X, splits, log_s, prior, w, outcome, settings, mesh)
+    # DART: the two copies of a column with missing values are one predictor
+    group = np.unique(enc.model_encoded[kept], return_inverse=True)[1].astype(np.int32) if enc.augmented else None
+    X, trace, burn_sigma2, info = _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group)
 
     # 5. package, and warn if the chains do not look converged
     fit = package(
@@ -379,7 +382,7 @@ def _start_key(key):
     return jax.random.fold_in(jax.random.clone(key), 2**32 - 1)
 
 
-def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh):
+def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None):
     """Run the chains; return the padded bins, the trace (draws chain after
     chain, ``fit_train`` cut to the real points), the burn-in error
     variances ``(nskip, chains)`` and the `bartz.mcmcloop.RunInfo`."""
@@ -392,7 +395,7 @@ def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh):
     X = np.pad(X, ((0, 0), (0, npad - n)))
     y_core = np.pad(prior.y_core, (0, npad - n))
     prec_weights = None if w is None else np.pad((1.0 / w**2).astype(np.float32), (0, npad - n))
-    dart = {'theta': settings.theta, 'a': settings.a, 'b': settings.b, 'rho': settings.rho}
+    dart = {'theta': settings.theta, 'a': settings.a, 'b': settings.b, 'rho': settings.rho, 'group': group}
     state = mcmcstep.init(
         X=X,
         max_split=splits.max_split,

@@ -48,10 +48,9 @@ change to the sampler:
   cut-points uniformly (the ``K`` of the observed values, plus "missing or
   not"), and where the missing values go is drawn with probability 1/2 as
   part of the rule. So the model can learn both from the value and from its
-  missingness. With DART (``sparse=True``) the copies are separate entries
-  of the Dirichlet (as R's dummies are): the posterior learns the preferred
-  direction of the missing values, and the prior weight of the original
-  column is that of two predictors.
+  missingness. With DART (``sparse=True``) the copies are one entry of
+  the Dirichlet (their split counts summed), each copy with half its
+  probability: the column has the prior weight of one predictor.
 - A categorical column with missing values in ``x_train`` gets one more
   level, "missing", with its own dummy ``f'{column}_nan'`` (and the
   two-level rule counts it).

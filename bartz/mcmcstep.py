@@ -148,6 +148,7 @@ class Dart(NamedTuple):
     b: jax.Array  # () float32
     rho: jax.Array  # () float32
     on: jax.Array  # () bool: updates switched on (R: after half the burn-in)
+    group: jax.Array  # (p,) int32: the predictor of each column (copies of a column with missing values share one)
 
 
 class StepInfo(NamedTuple):
@@ -337,9 +338,14 @@ def init(
 
 def _init_dart(options: dict, max_split) -> Dart:
     theta = float(options.get('theta', 0.0))
+    p = np.asarray(max_split).shape[0]
+    group = options.get('group')
+    group = np.arange(p, dtype=np.int32) if group is None else np.asarray(group, np.int32)
+    if group.shape != (p,) or np.any(group < 0) or np.any(group >= p):
+        raise ValueError(f'dart group must be {p} indices in [0, {p}), got {group!r}')
     rho = options.get('rho')
-    if rho is None:
-        rho = float(np.sum(np.asarray(max_split) > 0))
+    if rho is None:  # the number of predictors with a cut-point
+        rho = float(np.unique(group[np.asarray(max_split) > 0]).size)
     return Dart(
         theta=np.float32(theta if theta > 0 else 1.0),
         theta_fixed=np.bool_(theta > 0),
@@ -347,6 +353,7 @@ def _init_dart(options: dict, max_split) -> Dart:
         b=np.float32(options.get('b', 1.0)),
         rho=np.float32(rho),
         on=np.bool_(options.get('on', False)),
+        group=group,
     )
 
 
@@ -684,23 +691,32 @@ _THETA_GRID_SIZE = 1000
 
 
 def _draw_dart(key, state: State) -> State:
-    """DART: ``s | counts ~ Dirichlet(theta/p + counts)``, then theta by
-    griddy Gibbs on ``lambda = theta / (theta + rho)`` over the grid
-    ``k / 1001``, k = 1..1000, as R's BART. Predictors with no cut-point
-    keep probability 0."""
+    """DART: ``s | counts ~ Dirichlet(theta/p + counts)`` over the
+    predictors, then theta by griddy Gibbs on ``lambda = theta / (theta +
+    rho)`` over the grid ``k / 1001``, k = 1..1000, as R's BART. Predictors
+    with no cut-point keep probability 0. The two copies of a column with
+    missing values (`bartz.encoding`) are one predictor (``dart.group``):
+    its split count is theirs summed, and each copy gets half its
+    probability (the uniform choice of the copy, as without DART)."""
     dart = state.dart
     key_s, key_theta = random.split(key)
+    num = state.max_split.shape[0]
     usable = state.max_split > 0
-    p = jnp.sum(usable).astype(jnp.float32)
-    counts = grove.var_count_scatter(state.forest.var_tree, state.forest.split_tree, state.max_split.shape[0])
+    group = dart.group
+    copies = jax.ops.segment_sum(usable.astype(jnp.float32), group, num)  # usable copies per predictor
+    usable_g = copies > 0
+    p = jnp.sum(usable_g).astype(jnp.float32)
+    counts = grove.var_count_scatter(state.forest.var_tree, state.forest.split_tree, num)
+    counts = jax.ops.segment_sum(counts, group, num)
     alpha = dart.theta / p + counts
-    log_gamma = random.loggamma(key_s, jnp.where(usable, alpha, 1.0))
-    log_gamma = jnp.where(usable, log_gamma, -jnp.inf)
-    log_s = log_gamma - jax.scipy.special.logsumexp(log_gamma)
+    log_gamma = random.loggamma(key_s, jnp.where(usable_g, alpha, 1.0))
+    log_gamma = jnp.where(usable_g, log_gamma, -jnp.inf)
+    log_s_g = log_gamma - jax.scipy.special.logsumexp(log_gamma)
+    log_s = jnp.where(usable, log_s_g[group] - jnp.log(jnp.maximum(copies[group], 1.0)), -jnp.inf)
 
     lam = jnp.arange(1, _THETA_GRID_SIZE + 1, dtype=jnp.float32) / (_THETA_GRID_SIZE + 1)
     theta_grid = lam * dart.rho / (1 - lam)
-    sum_log_s = jnp.sum(jnp.where(usable, log_s, 0.0))
+    sum_log_s = jnp.sum(jnp.where(usable_g, log_s_g, 0.0))
     loglik = jax.scipy.special.gammaln(theta_grid) - p * jax.scipy.special.gammaln(theta_grid / p) + theta_grid / p * sum_log_s
     logprior = (dart.a - 1) * jnp.log(lam) + (dart.b - 1) * jnp.log1p(-lam)
     theta = theta_grid[random.categorical(key_theta, loglik + logprior)]

@@ -542,3 +542,62 @@ def test_dart_selects_relevant_predictors(seed):
     splits on them 0.95-0.99 with DART, 0.57-0.59 without."""
     sparse, plain = selection_fits(seed, n=1000, p=100, ntree=50, nskip=300, ndpost=200)
     check_selection(sparse, plain, 100, each_min=5 / 100, total_min=0.8, share_gain=0.25)
+
+
+@pytest.mark.parametrize('root_var', [None, 0, 1])
+def test_copies_of_a_column_are_one_predictor(root_var):
+    """The two copies of a column with missing values (``group``) are one
+    entry of the Dirichlet: their split counts are summed, each copy gets
+    half the predictor's probability, and the predictor's prior weight is
+    that of any other predictor. Model columns 0 and 1 are the copies,
+    column 2 another predictor; the trees are stumps (no split: ``s`` over
+    the two predictors ~ Dirichlet(1/2, 1/2), so the copies' predictor has
+    mean 1/2, where two entries would give 2/3) or all split at the root
+    on one copy (4 splits: Dirichlet(4.5, 1/2), mean 0.9, where two entries
+    would give 14/15). Tolerance: 5 Monte Carlo standard errors of the
+    mean of 4,000 independent draws (the Beta's exact variance)."""
+    p, trees = 3, 4
+    state = mcmcstep.init(
+        X=jnp.zeros((p, 0), jnp.uint16),
+        max_split=jnp.full(p, MAX_SPLIT),
+        y=jnp.zeros(0, jnp.float32),
+        num_trees=trees,
+        max_depth=DEPTH,
+        leaf_prior_var=1.0,
+        sigma2_alpha=1.0,
+        sigma2_beta=1.0,
+        dart={'theta': 1.0, 'on': True, 'group': [0, 0, 1]},
+    )
+    assert float(state.dart.rho) == 2  # predictors, not model columns
+    if root_var is not None:
+        forest = state.forest
+        state = state._replace(
+            forest=forest._replace(
+                var_tree=forest.var_tree.at[:, 1].set(root_var),
+                split_tree=forest.split_tree.at[:, 1].set(1),
+            )
+        )
+    keys = jax.random.split(jax.random.key(2026), 4000)
+    log_s = jax.jit(jax.vmap(lambda k: mcmcstep._draw_dart(k, state).log_s))(keys)  # noqa: SLF001
+    s = np.exp(np.asarray(log_s, np.float64))
+    np.testing.assert_allclose(s.sum(axis=1), 1, rtol=1e-5)
+    np.testing.assert_allclose(s[:, 0], s[:, 1], rtol=1e-5)  # half each
+    a, b = (0.5, 0.5) if root_var is None else (0.5 + trees, 0.5)
+    mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+    share = s[:, 0] + s[:, 1]
+    assert abs(share.mean() - mean) < 5 * np.sqrt(var / share.size)
+
+
+def test_dart_group_validated():
+    with pytest.raises(ValueError, match='dart group must be 3 indices'):
+        mcmcstep.init(
+            X=jnp.zeros((3, 0), jnp.uint16),
+            max_split=jnp.full(3, MAX_SPLIT),
+            y=jnp.zeros(0, jnp.float32),
+            num_trees=2,
+            max_depth=DEPTH,
+            leaf_prior_var=1.0,
+            sigma2_alpha=1.0,
+            sigma2_beta=1.0,
+            dart={'group': [0, 3, 1]},
+        )
