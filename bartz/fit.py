@@ -322,7 +322,7 @@ class BARTFit:
             raise ValueError(msg)
         return value.reshape(self.chains, self.ndpost // self.chains, *value.shape[1:])
 
-    def diagnostics(self):
+    def diagnostics(self, x_train=None):
         """Convergence summary of the error sd and of the predictions.
 
         Returns a DataFrame: for ``sigma`` (continuous), its R-hat and
@@ -330,6 +330,13 @@ class BARTFit:
         chain; for ``yhat_train`` (the draws at the training points), the
         worst (max) and median R-hat and the worst (min) and median ESS over
         points. R-hat needs draws; with one chain it compares its halves.
+
+        A fit made with ``save_yhat_train=False`` has no draws at the
+        training points: pass `x_train` (the training predictors, or any
+        points) and the rows ``yhat_train`` are computed from
+        ``predict(x_train)`` instead (for a binary outcome the
+        probabilities: R-hat and ESS are rank-based, so the scale does not
+        matter). Without them, a binary fit has no row.
 
         Warns a `bartz.diagnostics.ConvergenceWarning` when R-hat of sigma
         or the median R-hat of f over the training points (all of them here,
@@ -347,8 +354,13 @@ class BARTFit:
                 'ess_tail': float(diagnostics.ess_tail(s)),
                 'geweke_z': float(diagnostics.geweke(s[0])),
             }
+        yh = num_points = None
         if self.yhat_train is not None:
-            yh = self.by_chain('yhat_train')
+            yh, num_points = self.by_chain('yhat_train'), self._n
+        elif x_train is not None:
+            draws = self.predict(x_train, kind='draws')
+            yh, num_points = draws.reshape(self.chains, self.ndpost // self.chains, -1), draws.shape[1]
+        if yh is not None:
             r = diagnostics.rhat(yh)
             eb = diagnostics.ess_bulk(yh)
             et = diagnostics.ess_tail(yh)
@@ -365,7 +377,7 @@ class BARTFit:
         sigma_row = rows.get('sigma', {})
         median = rows.get('yhat_train (median point)', {})
         problems = diagnostics._threshold_problems(  # noqa: SLF001
-            sigma_row.get('rhat'), sigma_row.get('ess_bulk'), median.get('rhat'), self._n
+            sigma_row.get('rhat'), sigma_row.get('ess_bulk'), median.get('rhat'), num_points
         )
         if problems:
             msg = diagnostics._convergence_message(problems)  # noqa: SLF001

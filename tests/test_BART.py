@@ -490,6 +490,28 @@ def test_converged_fit_does_not_warn(seed):
     assert table.loc['sigma', 'ess_bulk'] > 100
 
 
+def test_diagnostics_from_x_train_without_saved_draws():
+    """A binary fit with ``save_yhat_train=False`` has no sigma and no saved
+    draws: ``diagnostics(x_train)`` computes the rows of f from the trees,
+    and they equal those of the same fit with the draws saved (R-hat and
+    ESS are rank-based: probabilities and latent draws rank alike)."""
+    x, _, _ = make_data(0)
+    y = (f_true(x) > 1).astype(float)
+    settings = {**SMALL, 'nskip': 20, 'ndpost': 40, 'mc_cores': 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', ConvergenceWarning)
+        lean = gbart(x, y, type='pbart', seed=3, save_yhat_train=False, **settings)
+        full = gbart(x, y, type='pbart', seed=3, **settings)
+        assert lean.diagnostics().empty
+        table = lean.diagnostics(x)
+        reference = full.diagnostics()
+    assert list(table.index) == ['yhat_train (worst point)', 'yhat_train (median point)']
+    # (float32 probabilities near 0 or 1 can tie where the latent draws do
+    # not, which moves the ranks a little: the worst point most)
+    np.testing.assert_allclose(table.iloc[1].to_numpy(float), reference.iloc[1].to_numpy(float), rtol=0.05)
+    np.testing.assert_allclose(table.iloc[0].to_numpy(float), reference.iloc[0].to_numpy(float), rtol=0.25)
+
+
 def test_convergence_warning_can_be_silenced(data):
     x, y, _ = data
     with warnings.catch_warnings(record=True) as caught:
