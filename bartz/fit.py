@@ -354,16 +354,15 @@ class BARTFit:
                 'ess_tail': float(diagnostics.ess_tail(s)),
                 'geweke_z': float(diagnostics.geweke(s[0])),
             }
-        yh = num_points = None
+        stats = num_points = None
         if self.yhat_train is not None:
-            yh, num_points = self.by_chain('yhat_train'), self._n
+            yh = self.by_chain('yhat_train')
+            stats = diagnostics.rhat(yh), diagnostics.ess_bulk(yh), diagnostics.ess_tail(yh)
+            num_points = self._n
         elif x_train is not None:
-            draws = self.predict(x_train, kind='draws')
-            yh, num_points = draws.reshape(self.chains, self.ndpost // self.chains, -1), draws.shape[1]
-        if yh is not None:
-            r = diagnostics.rhat(yh)
-            eb = diagnostics.ess_bulk(yh)
-            et = diagnostics.ess_tail(yh)
+            stats, num_points = self._point_stats(x_train)
+        if stats is not None:
+            r, eb, et = stats
             rows['yhat_train (worst point)'] = {
                 'rhat': float(np.nanmax(r)),
                 'ess_bulk': float(np.nanmin(eb)),
@@ -383,6 +382,29 @@ class BARTFit:
             msg = diagnostics._convergence_message(problems)  # noqa: SLF001
             warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=2)
         return pd.DataFrame(rows).T
+
+    def _point_stats(self, x, chunk_bytes=64 * 2**20):
+        """R-hat, bulk and tail ESS of f at each row of `x` (``predict``
+        draws), a chunk of rows at a time: never all ``ndpost`` times rows
+        draws at once."""
+        from bartz import diagnostics  # noqa: PLC0415
+
+        model, binning = predict_mod.from_fit(self)
+        options = self._predict_options('draws', None, False, 0, grove.DEFAULT_MAX_MEMORY)
+        m = predict_mod.num_rows(x)
+        if m == 0:  # (not rows: predict's checks say what x_train must be)
+            predict_mod.predict_rows(x, model, binning, name='x_train', **options)
+            msg = f'x_train must have at least one row, got {m}'
+            raise ValueError(msg)
+        step = max(1, chunk_bytes // (4 * self.ndpost))
+        out = [[], [], []]
+        for start in range(0, m, step):
+            rows = x.iloc[start : start + step] if hasattr(x, 'iloc') else x[start : start + step]
+            draws = predict_mod.predict_rows(rows, model, binning, name='x_train', **options)
+            yh = draws.reshape(self.chains, self.ndpost // self.chains, -1)
+            for acc, stat in zip(out, (diagnostics.rhat, diagnostics.ess_bulk, diagnostics.ess_tail), strict=True):
+                acc.append(np.asarray(stat(yh)))
+        return tuple(np.concatenate(acc) for acc in out), m
 
     def _convergence_draws(self, X=None):
         """Draws checked for convergence: sigma ``(chains, draws)`` (None for

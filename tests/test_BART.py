@@ -510,6 +510,14 @@ def test_diagnostics_from_x_train_without_saved_draws():
     # not, which moves the ranks a little: the worst point most)
     np.testing.assert_allclose(table.iloc[1].to_numpy(float), reference.iloc[1].to_numpy(float), rtol=0.05)
     np.testing.assert_allclose(table.iloc[0].to_numpy(float), reference.iloc[0].to_numpy(float), rtol=0.25)
+    # by chunks of rows (memory bounded by the chunk): the same statistics
+    chunked, _ = lean._point_stats(x, chunk_bytes=4 * lean.ndpost * 7)  # noqa: SLF001
+    whole, _ = lean._point_stats(x)  # noqa: SLF001
+    for a, b in zip(chunked, whole, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for bad, message in [(x[:0], 'x_train must have at least one row'), (x[:, :2], 'x_train must have')]:
+        with pytest.raises(ValueError, match=message):
+            lean.diagnostics(bad)
 
 
 def test_convergence_warning_can_be_silenced(data):
