@@ -197,14 +197,14 @@ def stat_pvalues(mcmc, ref):
 # ---------------------------------------------------------------- the sampler
 
 
-def data_free_state(dart):
+def data_free_state(dart, p=P, num_trees=NUM_TREES):
     """Default initial state of one chain without data: stumps, uniform s,
     DART options `dart`."""
     return mcmcstep.init(
-        X=jnp.zeros((P, 0), jnp.uint16),
-        max_split=jnp.full(P, MAX_SPLIT),
+        X=jnp.zeros((p, 0), jnp.uint16),
+        max_split=jnp.full(p, MAX_SPLIT),
         y=jnp.zeros(0, jnp.float32),
-        num_trees=NUM_TREES,
+        num_trees=num_trees,
         max_depth=DEPTH,
         leaf_prior_var=1.0,
         sigma2_alpha=1.0,
@@ -556,18 +556,8 @@ def test_copies_of_a_column_are_one_predictor(root_var):
     on one copy (4 splits: Dirichlet(4.5, 1/2), mean 0.9, where two entries
     would give 14/15). Tolerance: 5 Monte Carlo standard errors of the
     mean of 4,000 independent draws (the Beta's exact variance)."""
-    p, trees = 3, 4
-    state = mcmcstep.init(
-        X=jnp.zeros((p, 0), jnp.uint16),
-        max_split=jnp.full(p, MAX_SPLIT),
-        y=jnp.zeros(0, jnp.float32),
-        num_trees=trees,
-        max_depth=DEPTH,
-        leaf_prior_var=1.0,
-        sigma2_alpha=1.0,
-        sigma2_beta=1.0,
-        dart={'theta': 1.0, 'on': True, 'group': [0, 0, 1]},
-    )
+    trees = 4
+    state = data_free_state({'theta': 1.0, 'on': True, 'group': [0, 0, 1]}, p=3, num_trees=trees)
     assert float(state.dart.rho) == 2  # predictors, not model columns
     if root_var is not None:
         forest = state.forest
@@ -590,14 +580,4 @@ def test_copies_of_a_column_are_one_predictor(root_var):
 
 def test_dart_group_validated():
     with pytest.raises(ValueError, match='dart group must be 3 indices'):
-        mcmcstep.init(
-            X=jnp.zeros((3, 0), jnp.uint16),
-            max_split=jnp.full(3, MAX_SPLIT),
-            y=jnp.zeros(0, jnp.float32),
-            num_trees=2,
-            max_depth=DEPTH,
-            leaf_prior_var=1.0,
-            sigma2_alpha=1.0,
-            sigma2_beta=1.0,
-            dart={'group': [0, 3, 1]},
-        )
+        data_free_state({'group': [0, 3, 1]}, p=3, num_trees=2)
