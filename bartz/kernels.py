@@ -108,8 +108,16 @@ def _data_blocks(n):
     """Split ``range(n)`` into blocks that `_sweep_trees` processes with
     independent kernels, which XLA's CPU runtime overlaps (a scatter runs
     on one thread). One block below `_BLOCK_MIN_POINTS` points (kernel
-    overhead dominates) or off CPU; else about one block per 2**14 points,
-    an even number from 2 to 8, boundaries multiple of 128.
+    overhead dominates) or off CPU; else 2 blocks below `_MANY_BLOCKS_MIN_POINTS`
+    and 16 above, boundaries multiple of 128.
+
+    Why 16 from about 65,000 points: the time per point at 6 or 8 blocks
+    (the former rule, one per 2**14 points, at most 8) swung by up to 40%
+    between nearby n (n = 100,000 ran at 25 ms per iteration, 102,400 and
+    108,544 at 33-37 ms), while at 16 blocks it is smooth and, at the
+    lengths of the size ladder, 10-25% faster from 81,920 to 1,048,576
+    points (benchmarks/README.md, "data blocks"). Below, 2 blocks stay
+    faster (by 4-15% at 40,960 and 57,344 points).
 
     The blocks depend on n only, not on the number of CPU cores: the
     per-block sums are added in a fixed order, so the draws (float
@@ -118,12 +126,13 @@ def _data_blocks(n):
     """
     if n < _BLOCK_MIN_POINTS or jax.default_backend() != 'cpu':
         return [(0, n)]
-    blocks = min(8, n // 2**14) // 2 * 2
+    blocks = 2 if n < _MANY_BLOCKS_MIN_POINTS else 16
     bounds = [0] + [n * b // blocks // 128 * 128 for b in range(1, blocks)] + [n]
     return list(zip(bounds[:-1], bounds[1:]))
 
 
 _BLOCK_MIN_POINTS = 2**15
+_MANY_BLOCKS_MIN_POINTS = 2**16
 
 
 def cell_partitions(X, leaf_indices, var, split, remap_leaf, remap_cell):
