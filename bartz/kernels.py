@@ -114,10 +114,10 @@ def _data_blocks(n):
     Why 16 from about 65,000 points: the time per point at 6 or 8 blocks
     (the former rule, one per 2**14 points, at most 8) swung by up to 40%
     between nearby n (n = 100,000 ran at 25 ms per iteration, 102,400 and
-    108,544 at 33-37 ms), while at 16 blocks it is smooth and, at the
-    lengths of the size ladder, 10-25% faster from 81,920 to 1,048,576
-    points (benchmarks/README.md, "data blocks"). Below, 2 blocks stay
-    faster (by 4-15% at 40,960 and 57,344 points).
+    108,544 at 33-37 ms), while at 16 blocks it is smooth: 10-25% faster
+    at the ladder's lengths 81,920, 106,496, 114,688, 212,992 and
+    1,048,576, 5% slower at 98,304 (benchmarks/README.md, "data blocks").
+    Below, 2 blocks stay faster (by 4-16% at 40,960 and 57,344 points).
 
     The blocks depend on n only, not on the number of CPU cores: the
     per-block sums are added in a fixed order, so the draws (float
