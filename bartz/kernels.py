@@ -116,7 +116,7 @@ def _data_blocks(n):
     between nearby n (n = 100,000 ran at 25 ms per iteration, 102,400 and
     108,544 at 33-37 ms), while at 16 blocks it is smooth: 10-25% faster
     at the ladder's lengths 81,920, 106,496, 114,688, 212,992 and
-    1,048,576, 5% slower at 98,304 (benchmarks/README.md, "data blocks").
+    1,048,576, 5% slower at 98,304 (benchmarks/README.md, "data blocks at large n").
     Below, 2 blocks stay faster (by 4-16% at 40,960 and 57,344 points).
 
     The blocks depend on n only, not on the number of CPU cores: the
