@@ -43,7 +43,7 @@ Deviations from R, on purpose:
 import jax
 import numpy as np
 
-from bartz import _checks, buckets, encoding, grove, mcmcloop, mcmcstep, prepcovars, priors, warmstart
+from bartz import _checks, _random, buckets, encoding, grove, mcmcloop, mcmcstep, prepcovars, priors, warmstart
 from bartz._checks import (  # noqa: F401  (kept importable from here)
     _as_vector,
     _check_bool,
@@ -377,9 +377,9 @@ def _bins(enc, x, splits, kept):
 
 def _start_key(key):
     """The key of the chains' starting states, apart from the iterations'
-    ``fold_in(key, i)`` (a copy of `key`, so the key-reuse checker counts
-    one use)."""
-    return jax.random.fold_in(jax.random.clone(key), 2**32 - 1)
+    ``fold_in(key, i)``: ``fold_in(key, 2**32 - 1)``, computed on the host
+    (it does not consume `key` for the key-reuse checker)."""
+    return _random.fold_in_on_host(key, 2**32 - 1)
 
 
 def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None):

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from jax import numpy as jnp
 
-from bartz import grove, sharding
+from bartz import _random, grove, sharding
 from bartz.moves import move_probs_array
 
 
@@ -133,7 +133,7 @@ def _make_key(seed):
     if not 0 <= seed < 2**63:
         msg = f'seed must be a non-negative integer, got {seed}'
         raise ValueError(msg)
-    return jax.random.key(int(seed) % (2**32))
+    return _random.key_on_host(int(seed) % (2**32))
 
 
 

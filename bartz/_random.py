@@ -73,6 +73,31 @@ def fold_in(key, data):
     return random.wrap_key_data(jnp.stack([y0, y1]), impl='threefry2x32')
 
 
+def _is_threefry(words):
+    return words.shape == (2,) and words.dtype == np.uint32
+
+
+def key_on_host(seed):
+    """``random.key(seed)`` for a seed in ``[0, 2**32)``, made on the host:
+    with the default threefry generator the key's words are ``(0, seed)``,
+    so no program is compiled (JAX's `random.key` compiles two)."""
+    if jax.config.jax_default_prng_impl != 'threefry2x32':
+        return random.key(seed)
+    return random.wrap_key_data(np.array([0, seed], np.uint32), impl='threefry2x32')
+
+
+def fold_in_on_host(key, data):
+    """`fold_in` computed with NumPy for a threefry `key` (no program is
+    compiled; the same key, bit for bit); other keys go to
+    `random.fold_in`."""
+    words = np.asarray(random.key_data(key))
+    if not _is_threefry(words):
+        return random.fold_in(key, data)
+    with np.errstate(over='ignore'):
+        y0, y1 = _threefry2x32(words[0], words[1], np.uint32(0), np.uint32(data))
+    return random.wrap_key_data(np.array([y0, y1], np.uint32), impl='threefry2x32')
+
+
 _GAMMA_MAX_TRIES = 1 << 16
 
 
