@@ -358,6 +358,14 @@ def _cut_points(enc, x, numcut, xinfo, settings):
         splits = enc.cut_points(x, numcut=numcut, usequants=settings.usequants, xinfo=xinfo)
     except ValueError as e:
         raise ValueError(str(e)) from None
+    if not np.any(np.asarray(splits.max_split) > 0):
+        what = (
+            'x_train has no columns'
+            if enc.num_model == 0
+            else 'no column of x_train has a usable cut-point (each is constant, or numcut or xinfo gives it none)'
+        )
+        msg = f'{what}: the trees have nothing to split on; pass at least one column that varies'
+        raise ValueError(msg)
     kept = np.ones(enc.num_model, bool)
     if settings.rm_const:
         kept = np.asarray(prepcovars.usable_predictors(splits.max_split))

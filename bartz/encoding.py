@@ -75,6 +75,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+import scipy.sparse
 
 from bartz import prepcovars
 
@@ -394,7 +395,10 @@ def _numeric_spec(cname, col: np.ndarray, label: str) -> ColumnSpec:
 
 
 def _numeric_array(x, name: str) -> np.ndarray:
-    """A non-DataFrame ``x`` as an ``(n, p)`` float64 array (NaN for missing)."""
+    """A non-DataFrame ``x`` as an ``(n, p)`` float64 array (NaN for missing).
+    A SciPy sparse matrix is made dense (the sampler bins every entry)."""
+    if scipy.sparse.issparse(x):
+        x = x.toarray()
     try:
         arr = np.asarray(x)
     except Exception as e:

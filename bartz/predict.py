@@ -31,6 +31,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 import pandas as pd
+import scipy.sparse
 from jax import numpy as jnp
 from jax import random
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -411,7 +412,8 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
     current chunk are read and converted), a DataFrame with the training
     columns (matched by name; categorical levels by value), a Series, or
     anything `numpy.asarray` takes. The whole input is checked (type,
-    columns) before the first chunk; values are checked chunk by chunk.
+    columns) before the first chunk; values are checked chunk by chunk. A
+    SciPy sparse matrix is made dense one chunk at a time.
     """
     if x is None:
         msg = f'{name} must be an array or DataFrame, got None'
@@ -424,6 +426,19 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
 
         def get(a, b):
             return x.iloc[a:b]
+
+    elif scipy.sparse.issparse(x):
+        # made dense chunk by chunk
+        x = scipy.sparse.csr_array(x)
+        if x.shape[1] != binning.p:
+            msg = f'{name} must have {binning.p} columns like x_train, got {x.shape[1]}'
+            raise ValueError(msg)
+        if np.iscomplexobj(x.data) or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+            msg = f'{name} must be real and numeric, got a sparse array of dtype {x.dtype}'
+            raise TypeError(msg)
+
+        def get(a, b):
+            return x[a:b].toarray().astype(np.float64)
 
     else:
         if not isinstance(x, np.ndarray):

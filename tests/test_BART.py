@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse
 from jax import numpy as jnp
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
@@ -143,6 +144,17 @@ _BAD_INPUTS = [
     ('x_test_columns', {'x_test': np.zeros((5, 4))}, ValueError, 'x_test'),
     ('x_test_df_missing', {'x_train': VDF, 'x_test': VDF[['a', 'c']]}, ValueError, 'x_test'),
     ('x_test_df_renamed', {'x_train': VDF, 'x_test': VDF.rename(columns={'b': 'B'})}, ValueError, 'x_test'),
+    ('x_no_columns', {'x_train': np.zeros((20, 0))}, ValueError, 'x_train has no columns'),
+    # nothing to split on
+    ('x_all_constant', {'x_train': np.ones((20, 3))}, ValueError, 'no column of x_train has a usable cut-point'),
+    (
+        'x_all_constant_kept',
+        {'x_train': np.ones((20, 3)), 'rm_const': False},
+        ValueError,
+        'no column of x_train has a usable cut-point',
+    ),
+    ('numcut_0', {'numcut': 0}, ValueError, 'no column of x_train has a usable cut-point'),
+    ('xinfo_empty', {'xinfo': np.zeros((3, 0))}, ValueError, 'no column of x_train has a usable cut-point'),
     # non-finite values
     ('x_inf', {'x_train': _with(VX, (0, 0), -np.inf)}, ValueError, 'x_train'),
     ('x_df_all_nan', {'x_train': VDF.assign(b=[np.nan] * 20)}, ValueError, 'x_train'),
@@ -266,6 +278,8 @@ def test_bad_input_raises_before_tracing(no_sampler, overrides, exc, match):
         pytest.param({'seed': np.int64(3)}, id='seed_numpy_int'),
         pytest.param({'mc_cores': 2}, id='mc_cores_2'),
         pytest.param({'sparse': True}, id='sparse'),
+        pytest.param({'x_train': scipy.sparse.csr_matrix(VX), 'x_test': scipy.sparse.csc_matrix(VX[:5])}, id='x_scipy_sparse'),
+        pytest.param({'numcut': [0, 5, 0]}, id='numcut_one_column'),
     ],
 )
 def test_good_input_passes_validation(no_sampler, overrides):
@@ -291,6 +305,17 @@ def test_predict_bad_input(fit, data):
         fit.predict(x_test, kind='median')
     with pytest.raises(ValueError, match='max_memory'):
         fit.predict(x_test, max_memory=0)
+    with pytest.raises(ValueError, match='x_new'):
+        fit.predict(scipy.sparse.csr_matrix(np.zeros((5, P + 1))))
+
+
+def test_predict_sparse_matches_dense(fit, data):
+    """A SciPy sparse x_new (made dense chunk by chunk) predicts as the
+    same dense array."""
+    _, _, x_test = data
+    sparse = scipy.sparse.csr_matrix(np.where(x_test > 0.5, x_test, 0.0))
+    dense = sparse.toarray()
+    assert_array_equal(fit.predict(sparse), fit.predict(dense))
 
 
 # ---------------------------------------------------------------- result object
