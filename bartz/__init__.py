@@ -57,8 +57,20 @@ __all__ = [
     'mcmcloop',
     'mcmcstep',
     'partial',
+    'plot',
     'polyagamma',
     'prepcovars',
     'priors',
     'sharding',
 ]
+
+
+def __getattr__(name):
+    """`bartz.plot` on first use: it imports matplotlib, which ``import
+    bartz`` does not need (PEP 562)."""
+    if name == 'plot':
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module('bartz.plot')
+    msg = f'module {__name__!r} has no attribute {name!r}'
+    raise AttributeError(msg)

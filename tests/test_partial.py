@@ -1,5 +1,9 @@
 """Partial dependence: `BARTFit.partial_dependence` and its plot."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -143,3 +147,20 @@ def test_plots(fit, data):
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     plt.close('all')
+
+
+def test_plot_module_is_an_attribute_loaded_on_use():
+    """``bartz.plot`` works after ``import bartz`` alone, and ``import
+    bartz`` does not import matplotlib (a subprocess, to start clean)."""
+    code = (
+        'import sys, bartz\n'
+        'print("matplotlib" in sys.modules)\n'
+        'print(bartz.plot.plot_fit.__name__)\n'
+        'try:\n'
+        '    bartz.no_such_name\n'
+        'except AttributeError as e:\n'
+        '    print(type(e).__name__)\n'
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, cwd=str(root))
+    assert out.stdout.split() == ['False', 'plot_fit', 'AttributeError']
