@@ -120,6 +120,10 @@ class _BARTEstimator:
             columns = list(X.columns)
             if columns and all(isinstance(c, str) for c in columns):
                 names = np.asarray(columns, dtype=object)
+            if not all(isinstance(t, np.dtype) and t.kind in 'biuf' for t in X.dtypes):
+                # categorical, string or nullable columns: the DataFrame goes
+                # to gbart, which encodes it (dummies, missing values)
+                return self._checked_shape(X, names, reset=reset)
             X = X.to_numpy()
         arr = np.asarray(X)
         if np.iscomplexobj(arr):
@@ -134,15 +138,21 @@ class _BARTEstimator:
                 'Reshape your data, e.g. with X.reshape(-1, 1) for a single feature'
             )
             raise ValueError(msg)
-        n, p = arr.shape
+        if np.any(np.isinf(arr)):
+            msg = 'Input X contains infinity (missing values may be given as NaN).'
+            raise ValueError(msg)
+        return self._checked_shape(arr, names, reset=reset)
+
+    def _checked_shape(self, X, names, *, reset):
+        """Check the shape of the array or DataFrame `X`, record (`reset`) or
+        check its number of features and their names; return `X`."""
+        name = type(self).__name__
+        n, p = X.shape
         if n == 0:
-            msg = f'Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required.'
+            msg = f'Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required.'
             raise ValueError(msg)
         if p == 0:
-            msg = f'Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required.'
-            raise ValueError(msg)
-        if not np.all(np.isfinite(arr)):
-            msg = 'Input X contains NaN or infinity.'
+            msg = f'Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.'
             raise ValueError(msg)
         if reset:
             self.n_features_in_ = p
@@ -155,7 +165,7 @@ class _BARTEstimator:
                 msg = f'X has {p} features, but {name} is expecting {self.n_features_in_} features as input.'
                 raise ValueError(msg)
             self._check_feature_names(names)
-        return arr
+        return X
 
     def _check_feature_names(self, names):
         fitted = getattr(self, 'feature_names_in_', None)
@@ -163,10 +173,10 @@ class _BARTEstimator:
         if fitted is None and names is None:
             return
         if fitted is None:
-            warnings.warn(f'X has feature names, but {cls} was fitted without feature names', UserWarning, stacklevel=4)
+            warnings.warn(f'X has feature names, but {cls} was fitted without feature names', UserWarning, stacklevel=5)
             return
         if names is None:
-            warnings.warn(f'X does not have valid feature names, but {cls} was fitted with feature names', UserWarning, stacklevel=4)
+            warnings.warn(f'X does not have valid feature names, but {cls} was fitted with feature names', UserWarning, stacklevel=5)
             return
         if len(names) == len(fitted) and np.all(names == fitted):
             return
@@ -265,7 +275,7 @@ class _BARTEstimator:
             target_tags=TargetTags(required=True),
             classifier_tags=ClassifierTags(multi_class=False) if estimator_type == 'classifier' else None,
             regressor_tags=RegressorTags() if estimator_type == 'regressor' else None,
-            input_tags=InputTags(allow_nan=False, sparse=False),
+            input_tags=InputTags(allow_nan=True, sparse=False),
         )
 
 
@@ -374,7 +384,9 @@ class BARTRegressor(_BARTEstimator):
         Parameters
         ----------
         X
-            ``(n_samples, n_features)`` array or DataFrame of numbers.
+            ``(n_samples, n_features)`` array of numbers, or DataFrame
+            (categorical and string columns are encoded as by `bartz.gbart`);
+            missing values (NaN, None) are allowed, as in `bartz.gbart`.
         y
             ``(n_samples,)`` numbers.
         """
@@ -499,7 +511,9 @@ class BARTClassifier(_BARTEstimator):
         Parameters
         ----------
         X
-            ``(n_samples, n_features)`` array or DataFrame of numbers.
+            ``(n_samples, n_features)`` array of numbers, or DataFrame
+            (categorical and string columns are encoded as by `bartz.gbart`);
+            missing values (NaN, None) are allowed, as in `bartz.gbart`.
         y
             ``(n_samples,)`` labels of two classes.
         """

@@ -318,7 +318,9 @@ class BARTFit:
             raise ValueError(msg)
         value = np.asarray(value)
         if value.shape[0] != self.ndpost:
-            msg = f'{name} does not have one row per draw'
+            msg = f'{name} does not have one row per kept draw ({self.ndpost}), its shape is {value.shape}'
+            if name == 'sigma':
+                msg += "; sigma includes the burn-in, as in R: by_chain('sigma_') gives the kept draws"
             raise ValueError(msg)
         return value.reshape(self.chains, self.ndpost // self.chains, *value.shape[1:])
 

@@ -321,6 +321,16 @@ def test_predict_sparse_matches_dense(fit, data):
 # ---------------------------------------------------------------- result object
 
 
+def test_by_chain_points_from_sigma_to_kept_draws(fit):
+    """``by_chain('sigma')`` (burn-in included, R's layout) says to use
+    ``'sigma_'``; an unknown name says it is not available."""
+    assert fit.by_chain('sigma_').shape == (1, fit.ndpost)
+    with pytest.raises(ValueError, match=r"by_chain\('sigma_'\)"):
+        fit.by_chain('sigma')
+    with pytest.raises(ValueError, match='not available'):
+        fit.by_chain('no_such_draws')
+
+
 def test_result_attributes(fit, data):
     x, y, x_test = data
     ndpost, nskip = SMALL['ndpost'], SMALL['nskip']

@@ -122,6 +122,32 @@ def test_classifier_labels_and_proba():
     assert model.score(X, y) > 0.9
 
 
+def test_categorical_dataframe_and_missing_values():
+    """A DataFrame with a categorical and a string column with missing
+    values reaches gbart as it is: the estimator's predictions are its
+    fit's, on the same DataFrame; NaN in a numeric array is allowed, inf
+    is not."""
+    rng = np.random.default_rng(1)
+    n = 90
+    df = pd.DataFrame({
+        'a': rng.uniform(size=n),
+        'c': pd.Categorical(rng.choice(['x', 'y', 'z'], size=n)),
+        's': rng.choice(['u', 'v', None], size=n).astype(object),
+    })
+    y = df['a'] + (df['c'] == 'x') + 0.1 * rng.normal(size=n)
+    model = BARTRegressor(**SMALL, random_state=0).fit(df, y)
+    assert list(model.feature_names_in_) == ['a', 'c', 's']
+    np.testing.assert_allclose(model.predict(df.iloc[:7]), model.fit_.predict(df.iloc[:7], kind='mean'), rtol=1e-6)
+    clf = BARTClassifier(**SMALL, random_state=0).fit(df, np.where(y > 1, 'hi', 'lo'))
+    assert set(clf.predict(df.iloc[:7])) <= {'hi', 'lo'}
+    X = df[['a']].to_numpy().copy()
+    X[::10, 0] = np.nan
+    assert np.all(np.isfinite(BARTRegressor(**SMALL, random_state=0).fit(X, y).predict(X)))
+    X[0, 0] = np.inf
+    with pytest.raises(ValueError, match='infinity'):
+        BARTRegressor(**SMALL).fit(X, y)
+
+
 @pytest.mark.parametrize(
     ('model', 'y', 'match'),
     [
