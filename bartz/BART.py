@@ -40,6 +40,8 @@ Deviations from R, on purpose:
   the whole R object with ``saveRDS``).
 """
 
+import warnings
+
 import jax
 import numpy as np
 
@@ -358,14 +360,23 @@ def _cut_points(enc, x, numcut, xinfo, settings):
         splits = enc.cut_points(x, numcut=numcut, usequants=settings.usequants, xinfo=xinfo)
     except ValueError as e:
         raise ValueError(str(e)) from None
+    collapsed = _float32_collapsed(enc, x) if xinfo is None else []
+    advice = (
+        f'; x_train column(s) {collapsed} vary only below float32 precision (bartz compares predictors in '
+        "float32): subtract a constant, such as the column's minimum, before fitting"
+        if collapsed
+        else ''
+    )
     if not np.any(np.asarray(splits.max_split) > 0):
         what = (
             'x_train has no columns'
             if enc.num_model == 0
             else 'no column of x_train has a usable cut-point (each is constant, or numcut or xinfo gives it none)'
         )
-        msg = f'{what}: the trees have nothing to split on; pass at least one column that varies'
+        msg = f'{what}: the trees have nothing to split on; pass at least one column that varies{advice}'
         raise ValueError(msg)
+    if collapsed:
+        warnings.warn(f'the trees cannot split on some columns{advice}', UserWarning, stacklevel=3)
     kept = np.ones(enc.num_model, bool)
     if settings.rm_const:
         kept = np.asarray(prepcovars.usable_predictors(splits.max_split))
@@ -376,6 +387,18 @@ def _cut_points(enc, x, numcut, xinfo, settings):
                 print(f'bartz: rm_const dropped {len(dropped)} predictor(s) with no usable cut-point: {dropped}')
             splits = prepcovars.drop_predictors(splits, kept)
     return splits, kept
+
+
+def _float32_collapsed(enc, x):
+    """Names (or indices) of the encoded columns of `x` that vary, but not
+    once rounded to float32."""
+    out = []
+    for e in range(x.shape[1]):
+        col = x[:, e]
+        col = col[~np.isnan(col)]
+        if col.size and col.min() < col.max() and np.float32(col.min()) == np.float32(col.max()):
+            out.append(enc.encoded_names[e] if enc.encoded_names else e)
+    return out
 
 
 def _bins(enc, x, splits, kept):

@@ -154,6 +154,7 @@ _BAD_INPUTS = [
         'no column of x_train has a usable cut-point',
     ),
     ('numcut_0', {'numcut': 0}, ValueError, 'no column of x_train has a usable cut-point'),
+    ('x_below_float32', {'x_train': VX * 1e-6 + 1e6}, ValueError, r'column\(s\) \[0, 1, 2\] vary only below float32'),
     ('xinfo_empty', {'xinfo': np.zeros((3, 0))}, ValueError, 'no column of x_train has a usable cut-point'),
     # non-finite values
     ('x_inf', {'x_train': _with(VX, (0, 0), -np.inf)}, ValueError, 'x_train'),
@@ -291,6 +292,13 @@ def test_good_input_passes_validation(no_sampler, overrides):
     warns = pytest.warns(UserWarning, match='imputed with its training median') if imputed else contextlib.nullcontext()
     with warns, pytest.raises(_Reached):
         _call(**overrides)
+
+
+def test_column_varying_below_float32_warns(no_sampler):
+    """A column whose values differ only below float32 precision (it cannot
+    be split on) gets a warning that names it and says what to do."""
+    with pytest.warns(UserWarning, match=r'column\(s\) \[2\] vary only below float32.*subtract'), pytest.raises(_Reached):
+        _call(x_train=np.c_[VX[:, :2], VX[:, 2] + 1e9])
 
 
 def test_predict_bad_input(fit, data):
