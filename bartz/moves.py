@@ -315,11 +315,9 @@ def _path(var_tree, split_tree, max_split, log_s, node, depth) -> _Path:
 def _range_on_path(path: _Path, num_levels, var, top):
     """Usable split indices ``lo + 1 .. hi`` of `var` (with `top` =
     ``max_split[var]``) below the first `num_levels` rules of `path`."""
-    lo, hi = jnp.int32(0), top
-    for j in range(path.var.shape[0]):
-        same = (path.var[j] == var) & (j < num_levels)
-        lo = jnp.maximum(lo, jnp.where(same & path.right[j], path.cut[j], 0))
-        hi = jnp.minimum(hi, jnp.where(same & ~path.right[j], path.cut[j] - 1, top))
+    same = (path.var == var) & (jnp.arange(path.var.shape[0]) < num_levels)
+    lo = jnp.max(jnp.where(same & path.right, path.cut, 0))
+    hi = jnp.min(jnp.where(same & ~path.right, path.cut - 1, top))
     return lo, hi
 
 
@@ -327,11 +325,12 @@ def _exhausted_on_path(path: _Path, num_levels):
     """Whether the variable of each rule of `path` is exhausted below the
     first `num_levels` rules, ``(L,)``: only these variables can be (the
     others are usable iff their ``max_split`` is positive)."""
-    gone = []
-    for j in range(path.var.shape[0]):
-        lo, hi = _range_on_path(path, num_levels, path.var[j], path.top[j])
-        gone.append((j < num_levels) & (hi <= lo))
-    return jnp.stack(gone)
+    levels = path.var.shape[0]
+    used = jnp.arange(levels) < num_levels
+    same = (path.var[:, None] == path.var[None, :]) & used[None, :]  # (L, L): rule i on the variable of j
+    lo = jnp.max(jnp.where(same & path.right[None, :], path.cut[None, :], 0), axis=1)
+    hi = jnp.min(jnp.where(same & ~path.right[None, :], path.cut[None, :] - 1, path.top[:, None]), axis=1)
+    return used & (hi <= lo)
 
 
 class _SplitProb(NamedTuple):
