@@ -38,11 +38,16 @@ def _threefry2x32(key0, key1, x0, x1):
     return x0, x1
 
 
+def _is_threefry(words):
+    """Whether `words`, a key's data, are those of a threefry key."""
+    return words.shape == (2,) and words.dtype == np.uint32
+
+
 def _random_words(key, num):
     """`num` random uint32 words from a threefry `key`: the cipher applied
     to the counters 0, 1, ...; None for other kinds of keys."""
     data = random.key_data(key)
-    if data.shape != (2,) or data.dtype != jnp.uint32:
+    if not _is_threefry(data):
         return None
     half = -(-num // 2)
     count = jnp.arange(half, dtype=jnp.uint32)
@@ -66,15 +71,11 @@ def fold_in(key, data):
     with the cipher written out (`_threefry2x32`); other kinds of keys go
     to `random.fold_in`."""
     key_words = random.key_data(key)
-    if key_words.shape != (2,) or key_words.dtype != jnp.uint32:
+    if not _is_threefry(key_words):
         return random.fold_in(key, data)
     data = jnp.asarray(data).astype(jnp.uint32)
     y0, y1 = _threefry2x32(key_words[0], key_words[1], jnp.zeros_like(data), data)
     return random.wrap_key_data(jnp.stack([y0, y1]), impl='threefry2x32')
-
-
-def _is_threefry(words):
-    return words.shape == (2,) and words.dtype == np.uint32
 
 
 def key_on_host(seed):
