@@ -320,6 +320,8 @@ def gbart(
         ntree=settings.ntree,
     )
 
+    _warn_float32_offset(outcome, prior)
+
     # 4. run
     log_s = enc.log_split_weights()[kept] if enc.augmented else None
     # DART: the two copies of a column with missing values are one predictor
@@ -387,6 +389,29 @@ def _cut_points(enc, x, numcut, xinfo, settings):
                 print(f'bartz: rm_const dropped {len(dropped)} predictor(s) with no usable cut-point: {dropped}')
             splits = prepcovars.drop_predictors(splits, kept)
     return splits, kept
+
+
+def _warn_float32_offset(outcome, prior):
+    """Warn when y_train is far from zero relative to its spread: the
+    offset (predictions add it in float32) or y_train minus the offset (the
+    sampler works on it, standardised, in float32) beyond
+    `_OFFSET_WARN_RATIO` standard deviations, where float32's spacing
+    exceeds about 1% of one."""
+    if outcome.binary or prior.scale <= 0:
+        return
+    ratio = max(abs(prior.offset) / prior.scale, float(np.max(np.abs(prior.y_core), initial=0.0)))
+    if ratio > _OFFSET_WARN_RATIO:
+        spacing = float(np.spacing(np.float32(ratio)))
+        msg = (
+            f'y_train is far from zero relative to its spread: the offset ({prior.offset:.6g}) or y_train '
+            f'minus it reaches {ratio:.3g} standard deviations of y_train, and bartz computes in float32, '
+            f'which rounds there to {spacing:.2g} standard deviations; subtract a constant from y_train '
+            '(and add it back to the predictions)'
+        )
+        warnings.warn(msg, UserWarning, stacklevel=3)
+
+
+_OFFSET_WARN_RATIO = 1e5  # float32 spacing at offset = 1e5 sd is about 0.008 sd
 
 
 def _float32_collapsed(enc, x):

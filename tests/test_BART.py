@@ -301,6 +301,28 @@ def test_column_varying_below_float32_warns(no_sampler):
         _call(x_train=np.c_[VX[:, :2], VX[:, 2] + 1e9])
 
 
+@pytest.mark.parametrize(
+    ('overrides', 'warns'),
+    [
+        pytest.param({'y_train': VY + 1e9}, True, id='large_mean'),
+        pytest.param({'y_train': VY + 1e9, 'offset': 0.0}, True, id='large_mean_offset_0'),
+        pytest.param({'y_train': VY + 1e3}, False, id='moderate_mean'),
+        pytest.param({'y_train': VB, 'type': 'pbart'}, False, id='binary'),
+    ],
+)
+def test_y_far_from_zero_warns(no_sampler, overrides, warns):
+    """A y_train whose offset, or whose distance from it, is over 1e5
+    standard deviations (float32 rounds there to more than 1% of one) gets
+    a warning that says to subtract a constant; ordinary data do not."""
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(_Reached):
+        warnings.simplefilter('always')
+        _call(**overrides)
+    far = [w for w in caught if 'far from zero' in str(w.message)]
+    assert len(far) == int(warns)
+    if warns:
+        assert 'subtract a constant from y_train' in str(far[0].message)
+
+
 def test_predict_bad_input(fit, data):
     x, _, x_test = data
     with pytest.raises(ValueError, match='x_new'):
