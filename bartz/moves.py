@@ -314,10 +314,12 @@ def _path(var_tree, split_tree, max_split, log_s, node, depth) -> _Path:
 
 def _range_on_path(path: _Path, num_levels, var, top):
     """Usable split indices ``lo + 1 .. hi`` of `var` (with `top` =
-    ``max_split[var]``) below the first `num_levels` rules of `path`."""
+    ``max_split[var]``) below the first `num_levels` rules of `path`; `var`
+    and `top` may be arrays of the same shape (one range each)."""
+    var, top = jnp.asarray(var)[..., None], jnp.asarray(top)[..., None]
     same = (path.var == var) & (jnp.arange(path.var.shape[0]) < num_levels)
-    lo = jnp.max(jnp.where(same & path.right, path.cut, 0))
-    hi = jnp.min(jnp.where(same & ~path.right, path.cut - 1, top))
+    lo = jnp.max(jnp.where(same & path.right, path.cut, 0), axis=-1)
+    hi = jnp.min(jnp.where(same & ~path.right, path.cut - 1, top), axis=-1)
     return lo, hi
 
 
@@ -325,12 +327,8 @@ def _exhausted_on_path(path: _Path, num_levels):
     """Whether the variable of each rule of `path` is exhausted below the
     first `num_levels` rules, ``(L,)``: only these variables can be (the
     others are usable iff their ``max_split`` is positive)."""
-    levels = path.var.shape[0]
-    used = jnp.arange(levels) < num_levels
-    same = (path.var[:, None] == path.var[None, :]) & used[None, :]  # (L, L): rule i on the variable of j
-    lo = jnp.max(jnp.where(same & path.right[None, :], path.cut[None, :], 0), axis=1)
-    hi = jnp.min(jnp.where(same & ~path.right[None, :], path.cut[None, :] - 1, path.top[:, None]), axis=1)
-    return used & (hi <= lo)
+    lo, hi = _range_on_path(path, num_levels, path.var, path.top)
+    return (jnp.arange(path.var.shape[0]) < num_levels) & (hi <= lo)
 
 
 class _SplitProb(NamedTuple):
@@ -347,10 +345,7 @@ def node_ranges(var_tree, split_tree, max_split, node):
     p = max_split.shape[0]
     depth = _depth(node)
     path = _path(var_tree, split_tree, max_split, jnp.zeros(p), node, depth)
-    on_var = (path.var[None, :] == jnp.arange(p)[:, None]) & (jnp.arange(path.var.shape[0]) < depth)
-    lo = jnp.max(jnp.where(on_var & path.right, path.cut, 0), axis=1)
-    hi = jnp.min(jnp.where(on_var & ~path.right, path.cut - 1, max_split[:, None]), axis=1)
-    return lo, hi
+    return _range_on_path(path, depth, jnp.arange(p), max_split)
 
 
 def log_rule_prior(lo, hi, log_s, var, split):
