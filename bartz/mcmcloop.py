@@ -7,6 +7,10 @@ chunk come to the host. Burn-in and kept iterations run in the same loop,
 so the sweep is compiled once. The random key of iteration ``i`` is
 ``fold_in(key, i)``, so the draws do not depend on the chunking.
 
+Several chains on one CPU device run as separate calls of the one-chain
+program on a thread pool (`_SplitChains`): one vmapped program is slower
+there, and would leave all but one core mostly idle.
+
 Every `REFRESH_EVERY` iterations (at fixed global iterations, again
 independent of the chunking) the residuals and weighted per-leaf precision
 sums that the sweep updates incrementally are recomputed exactly from the
@@ -373,10 +377,18 @@ def _chain_workers(num_chains: int | None, mesh) -> int:
     sweep does the per-chain scatters and gathers with batch indices), and
     on several threads they use the cores that one call leaves idle
     (benchmarks/README.md: 2.1 times faster at n = 2,000 and 2.8 times at
-    10,000, 4 chains on 2 cores). Elsewhere (GPU, a device mesh) the chains
-    stay vmapped.
+    10,000, 4 chains on 2 cores). Elsewhere (GPU, a mesh of several devices)
+    the chains stay vmapped.
     """
-    if num_chains is None or mesh is not None or jax.default_backend() != 'cpu':
+    if num_chains is None:
+        return 0
+    if mesh is None:
+        platform = jax.default_backend()
+    elif mesh.devices.size == 1:
+        platform = mesh.devices.flat[0].platform
+    else:
+        return 0
+    if platform != 'cpu':
         return 0
     return max(1, min(num_chains, _usable_cores()))
 
@@ -396,8 +408,11 @@ class _SplitChains:
     def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int):
         self.runner = runner
         self.shared = _shared_part(state)
+        self.device = next(iter(state.X.devices()))
         own = jax.tree.map(np.asarray, _own_part(state))  # split on the host: no program per slice
-        self.own = [jax.tree.map(lambda x, c=c: jax.device_put(np.array(x[c])), own) for c in range(num_chains)]
+        self.own = [
+            jax.tree.map(lambda x, c=c: jax.device_put(np.array(x[c]), self.device), own) for c in range(num_chains)
+        ]
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix='bartz-chain') if workers > 1 else None
 
     def __call__(self, key, *args):
@@ -418,7 +433,7 @@ class _SplitChains:
 
     def state(self) -> mcmcstep.State:
         """The chains' states stacked as a vmapped state (on the host, then the device)."""
-        own = jax.tree.map(lambda *xs: jax.device_put(np.stack([np.asarray(x) for x in xs])), *self.own)
+        own = jax.tree.map(lambda *xs: jax.device_put(np.stack([np.asarray(x) for x in xs]), self.device), *self.own)
         return _merge_parts(own, self.shared)
 
     def close(self):
@@ -474,10 +489,14 @@ def run_mcmc(
         end works in standardised units).
     num_chains
         None for one chain (`state` from `bartz.mcmcstep.init`); else the
-        number of chains, run together with `jax.vmap`, with `state` from
-        `bartz.mcmcstep.init_chains`. Chain ``c`` at iteration ``i`` uses
-        ``split(fold_in(key, i), num_chains)[c]``. Traces then have a chain
-        axis after the draws axis.
+        number of chains, with `state` from `bartz.mcmcstep.init_chains`.
+        Chain ``c`` at iteration ``i`` uses ``split(fold_in(key, i),
+        num_chains)[c]``. Traces then have a chain axis after the draws
+        axis. On one CPU device (no `mesh`) each chain runs as its own calls
+        of a one-chain program, on a pool of up to as many threads as cores
+        (faster than one vmapped program, and using every core); elsewhere
+        the chains run together with `jax.vmap`. The draws are the same
+        either way, up to float rounding.
     mesh
         Optional `jax.sharding.Mesh` with axes ``('chains', 'data')`` (needs
         `num_chains`, a multiple of the 'chains' size): chains are split over
