@@ -197,9 +197,10 @@ def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_
     """Leaf indices of the next draw's forest from the previous draw's.
 
     Consecutive draws share most tree structures. A tree that differs from
-    its previous version by one grow or one prune (the usual case without
-    thinning) is updated with one comparison per point; a tree with more
-    changes is traversed again. Trees are compacted so that only changed
+    its previous version by one grow, one prune or one change of the rule
+    of a node whose children are leaves (the usual cases without thinning)
+    is updated with one comparison per point; a tree with more changes (or
+    a swap) is traversed again. Trees are compacted so that only changed
     ones are traversed.
     """
     num_trees, half = split_tree.shape
@@ -212,13 +213,21 @@ def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_
     single = num_diff == 1
     grow = single & (old_split == 0) & (new_split != 0)
     prune = single & (old_split != 0) & (new_split == 0)
-    retraverse = (num_diff > 0) & ~grow & ~prune
+    # a new rule at a node whose children are leaves (CHANGE): its points
+    # are sorted again between the same two leaves (nodes past the split
+    # heap are bottom leaves)
+    child = 2 * node
+    leaf_child = [(c >= half) | (split_tree[tree_idx, jnp.minimum(c, half - 1)] == 0) for c in (child, child + 1)]
+    change = single & (old_split != 0) & (new_split != 0) & leaf_child[0] & leaf_child[1]
+    retraverse = (num_diff > 0) & ~grow & ~prune & ~change
 
-    # one grow or prune: move the points of one node
+    # one grow, prune or change: move the points of one node (a grow's
+    # points are at the node, a change's in its children)
     idx = leaf_indices.astype(jnp.int32)
     x = X[var_tree[tree_idx, node].astype(jnp.int32)].astype(jnp.int32)  # (m, n)
     node = node[:, None]
-    grown = jnp.where(grow[:, None] & (idx == node), 2 * node + (x >= new_split[:, None].astype(jnp.int32)), idx)
+    sort = (grow[:, None] & (idx == node)) | (change[:, None] & ((idx >> 1) == node))
+    grown = jnp.where(sort, 2 * node + (x >= new_split[:, None].astype(jnp.int32)), idx)
     pruned = jnp.where(prune[:, None] & ((idx >> 1) == node), node, grown)
     leaf_indices = pruned.astype(jnp.uint8)
 

@@ -186,7 +186,14 @@ def _next_draw(rng, var, split, p, max_split):
         leaves = np.flatnonzero(leaf[:half])  # leaves above the bottom level
         nogs = [k for k in range(1, half) if split[t, k] and leaf[2 * k] and leaf[2 * k + 1]]
         internal = np.flatnonzero(split[t])
-        action = rng.choice(['keep', 'grow', 'prune', 'resplit', 'garbage', 'fresh', 'grow2'])
+        # the sampler's swap: the rules of a node and of its child whose children and sibling are leaves
+        swaps = [
+            (k, c)
+            for k in internal
+            for c in (2 * k, 2 * k + 1)
+            if c < half and split[t, c] and leaf[2 * c] and leaf[2 * c + 1] and leaf[c ^ 1]
+        ]
+        action = rng.choice(['keep', 'grow', 'prune', 'resplit', 'garbage', 'fresh', 'grow2', 'swap'])
         if action in ('grow', 'grow2') and leaves.size:
             for k in rng.choice(leaves, size=min(leaves.size, 1 + (action == 'grow2')), replace=False):
                 var[t, k], split[t, k] = rng.integers(p), rng.integers(1, max_split + 1)
@@ -197,6 +204,9 @@ def _next_draw(rng, var, split, p, max_split):
         elif action == 'resplit' and internal.size:
             k = rng.choice(internal)
             var[t, k], split[t, k] = rng.integers(p), rng.integers(1, max_split + 1)
+        elif action == 'swap' and swaps:
+            k, c = swaps[rng.integers(len(swaps))]
+            var[t, [k, c]], split[t, [k, c]] = var[t, [c, k]], split[t, [c, k]]
         elif action == 'garbage':  # a non-internal node's variable changes: nothing moves
             k = rng.integers(1, half)
             if split[t, k] == 0:
