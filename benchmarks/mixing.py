@@ -6,6 +6,7 @@ Run from the repository root:
     .venv/bin/python benchmarks/mixing.py --peer-python /opt/peer/bin/python
     .venv/bin/python benchmarks/mixing.py --quick                         # smoke test, about a minute
     .venv/bin/python benchmarks/mixing.py --sizes 2000 --markdown --out-json out/mixing.json
+    .venv/bin/python benchmarks/mixing.py --seeds 5 --peer-python /opt/peer/bin/python   # figures over 5 fits
 
 What a user gets from an MCMC run is effective samples per second, not
 iterations per second. On Friedman #1 (the data of ``benchmarks/peers.py``:
@@ -60,6 +61,12 @@ burn-in f
     ``>B`` when no ``b`` up to half the run qualifies: the chains still
     disagree about f at that level of precision.
 
+An ESS of 10 to 20 is itself uncertain by tens of percent: ``--seeds K``
+runs K fits per configuration (seeds 99, 100, ...; the peer's too) in the
+same process after the compiling one, and shows mean seconds, mean ESS,
+ESS/s as mean ESS over mean seconds, the largest R-hat and the median
+burn-ins, then the ESS of f of each fit.
+
 The ratio "ESS/s f vs peer" of each row is its ESS per second of f over the
 peer's at the same n.
 """
@@ -111,9 +118,7 @@ def worker(spec):
     chains, iters = spec['chains'], spec['iters']
     x, y = peers.friedman1(spec['n'])
     x_test = test_points(spec['ntest'])
-    args = dict(
-        x_test=x_test, nskip=0, ndpost=chains * iters, ntree=200, keepevery=1, printevery=None, seed=peers.FIT_SEED
-    )
+    args = dict(x_test=x_test, nskip=0, ndpost=chains * iters, ntree=200, keepevery=1, printevery=None)
     if spec['lib'] == OURS:
         gbart = bartz.gbart
         args.update(mc_cores=chains, **{k: tuple(v) if isinstance(v, list) else v for k, v in spec['kwargs'].items()})
@@ -121,20 +126,24 @@ def worker(spec):
         gbart = bartz.BART.mc_gbart
         args.update(mc_cores=chains)
 
-    def run():
+    def run(seed):
         t0 = time.perf_counter()
-        fit = gbart(x, y, **args)
+        fit = gbart(x, y, seed=seed, **args)
         slots = getattr(type(fit), '__slots__', ())
         attrs = vars(fit) if hasattr(fit, '__dict__') else {k: getattr(fit, k, None) for k in slots}
         jax.block_until_ready(attrs)
         return time.perf_counter() - t0, fit
 
-    compile_run_s, _ = run()
-    seconds, fit = run()
-    # both keep the draws chain after chain
-    sigma = np.asarray(fit.sigma_, np.float64).reshape(chains, iters)
-    f = np.asarray(fit.yhat_test, np.float64).reshape(chains, iters, -1)
-    np.savez(spec['out'], sigma=sigma, f=f)
+    seeds = [peers.FIT_SEED + s for s in range(spec.get('seeds', 1))]
+    compile_run_s, _ = run(seeds[0])
+    seconds = []
+    for i, seed in enumerate(seeds):
+        s, fit = run(seed)
+        seconds.append(s)
+        # both keep the draws chain after chain
+        sigma = np.asarray(fit.sigma_, np.float64).reshape(chains, iters)
+        f = np.asarray(fit.yhat_test, np.float64).reshape(chains, iters, -1)
+        np.savez(spec['out'].format(i), sigma=sigma, f=f)
     return {'seconds': seconds, 'first_s': compile_run_s, 'bartz_file': bartz.__file__}
 
 
@@ -214,7 +223,8 @@ def measure(python, lib, n, kwargs, args, tmp):
         'chains': args.chains,
         'iters': args.nskip + args.ndpost // args.chains,
         'kwargs': kwargs,
-        'out': os.path.join(tmp, 'draws.npz'),
+        'seeds': args.seeds,
+        'out': os.path.join(tmp, 'draws{}.npz'),
     }
     env = {'JAX_PLATFORMS': args.platform} if args.platform else {}
     out = peers.run_worker(python, spec, env, ours=lib == OURS, script=__file__)
@@ -222,9 +232,34 @@ def measure(python, lib, n, kwargs, args, tmp):
         return out
     if peers.in_repo(out['bartz_file']) != (lib == OURS):
         return {'error': f'wrong bartz imported: {out["bartz_file"]}'}
-    stats = statistics(spec['out'], out['seconds'], args.nskip, args.burnin_step)
+    per_seed = [
+        statistics(spec['out'].format(i), s, args.nskip, args.burnin_step) for i, s in enumerate(out['seconds'])
+    ]
+    stats = combine(per_seed)
     stats['first_s'] = out['first_s']
     return stats
+
+
+def combine(per_seed):
+    """One row from the rows of several seeds: means (ESS per second as mean
+    ESS over mean seconds), the largest R-hats, the median burn-ins (None,
+    not reached, counts as beyond the limit); the per-seed figures kept."""
+    import numpy as np  # noqa: PLC0415
+
+    if len(per_seed) == 1:
+        return per_seed[0]
+    out = {k: float(np.mean([r[k] for r in per_seed])) for k in ('seconds', 'ess_sigma', 'ess_f', 'sigma_mean')}
+    out['ess_s_sigma'] = out['ess_sigma'] / out['seconds']
+    out['ess_s_f'] = out['ess_f'] / out['seconds']
+    out['rhat_sigma'] = max(r['rhat_sigma'] for r in per_seed)
+    out['rhat_f_max'] = max(r['rhat_f_max'] for r in per_seed)
+    out['burnin_sigma'] = int(np.median([r['burnin_sigma'] for r in per_seed]))
+    limit = per_seed[0]['burnin_f_limit']
+    burn_f = np.median([limit + 1 if r['burnin_f'] is None else r['burnin_f'] for r in per_seed])
+    out['burnin_f'] = None if burn_f > limit else int(burn_f)
+    out['burnin_f_limit'] = limit
+    out['per_seed'] = per_seed
+    return out
 
 
 def fmt_row(label, n, res, peer):
@@ -276,6 +311,9 @@ def main():
     parser.add_argument('--nskip', type=int, help='burn-in per chain (default 100; 20 with --quick)')
     parser.add_argument('--ndpost', type=int, help='kept draws over all chains (default 2000; 200 with --quick)')
     parser.add_argument('--ntest', type=int, default=20, help='test points for f (default %(default)s)')
+    parser.add_argument(
+        '--seeds', type=int, default=1, help='fits per configuration, seeds 0, 1, ...: figures averaged (default 1)'
+    )
     parser.add_argument('--burnin-step', type=int, help='grid of the burn-in of f (default 25; 10 with --quick)')
     parser.add_argument('--quick', action='store_true', help='tiny settings, a smoke test (about a minute)')
     parser.add_argument('--platform', default='cpu', help="JAX_PLATFORMS of the workers ('' lets JAX choose)")
@@ -344,10 +382,23 @@ def main():
         f'Friedman #1, p={peers.P}, 200 trees, {args.chains} chains x {iters} iterations '
         f'(nskip {args.nskip} + {args.ndpost // args.chains} kept per chain), {args.ntest} test points'
     )
+    if args.seeds > 1:
+        print(
+            f'{args.seeds} fits per configuration (seeds {peers.FIT_SEED} to {peers.FIT_SEED + args.seeds - 1}): '
+            'seconds, ESS and sigma mean are means over the fits, ESS/s is mean ESS over mean seconds, R-hat the '
+            'largest, burn-in the median'
+        )
     for note in notes:
         print(note)
     print()
     print(peers.render(HEADER, rows, args.markdown))
+    if args.seeds > 1:
+        print()
+        for key, res in results.items():
+            if 'per_seed' in res:
+                each = ', '.join(f'{r["ess_f"]:.0f}' for r in res['per_seed'])
+                secs = ', '.join(f'{r["seconds"]:.3g}' for r in res['per_seed'])
+                print(f'{key}: ESS f by seed {each}; seconds {secs}')
     if args.out_json:
         os.makedirs(os.path.dirname(os.path.abspath(args.out_json)), exist_ok=True)
         with open(args.out_json, 'w') as f:
