@@ -332,8 +332,8 @@ def _chunk_runner(
     def run_chain(key, own, shared, *args):
         # the chain's own fields are donated; the shared ones (the data) are
         # only read, so every chain's call can take the same buffers
-        state, out = run(key, _merge_parts(own, shared), *args)
-        return _own_part(state), out
+        state, out = run(key, mcmcstep.merge_fields(own, shared), *args)
+        return mcmcstep.chain_fields(state), out
 
     return jax.jit(run_chain, donate_argnums=(1,), compiler_options=options)
 
@@ -353,23 +353,7 @@ def _keys_by_fold_in() -> bool:
     return jax.config.jax_threefry_partitionable and jax.config.jax_default_prng_impl == 'threefry2x32'
 
 
-def _own_part(state: mcmcstep.State) -> mcmcstep.State:
-    """The per-chain fields of `state` (`bartz.mcmcstep.chain_axes`), None elsewhere."""
-    axes = mcmcstep.chain_axes(state)
-    return mcmcstep.State(*(x if a == 0 else None for x, a in zip(state, axes, strict=True)))
-
-
-def _shared_part(state: mcmcstep.State) -> mcmcstep.State:
-    """The fields of `state` the chains share, None elsewhere."""
-    axes = mcmcstep.chain_axes(state)
-    return mcmcstep.State(*(None if a == 0 else x for x, a in zip(state, axes, strict=True)))
-
-
-def _merge_parts(own: mcmcstep.State, shared: mcmcstep.State) -> mcmcstep.State:
-    return mcmcstep.State(*(o if o is not None else s for o, s in zip(own, shared, strict=True)))
-
-
-def _chain_workers(num_chains: int | None, mesh) -> int:
+def chain_workers(num_chains: int | None, mesh=None) -> int:
     """Threads for running `num_chains` vmapped chains as separate one-chain
     calls (`_SplitChains`); 0 to run them vmapped.
 
@@ -407,12 +391,9 @@ class _SplitChains:
 
     def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int):
         self.runner = runner
-        self.shared = _shared_part(state)
+        self.shared = mcmcstep.shared_fields(state)
         self.device = next(iter(state.X.devices()))
-        own = jax.tree.map(np.asarray, _own_part(state))  # split on the host: no program per slice
-        self.own = [
-            jax.tree.map(lambda x, c=c: jax.device_put(np.array(x[c]), self.device), own) for c in range(num_chains)
-        ]
+        self.own = mcmcstep.unstack_chains(state, num_chains, self.device)
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix='bartz-chain') if workers > 1 else None
 
     def __call__(self, key, *args):
@@ -433,8 +414,7 @@ class _SplitChains:
 
     def state(self) -> mcmcstep.State:
         """The chains' states stacked as a vmapped state (on the host, then the device)."""
-        own = jax.tree.map(lambda *xs: jax.device_put(np.stack([np.asarray(x) for x in xs]), self.device), *self.own)
-        return _merge_parts(own, self.shared)
+        return mcmcstep.stack_chains(self.own, self.shared, self.device)
 
     def close(self):
         if self.pool is not None:
@@ -549,7 +529,7 @@ def run_mcmc(
             state,
             is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec),
         )
-    workers = _chain_workers(num_chains, mesh)
+    workers = chain_workers(num_chains, mesh)
     if workers:
         split = _SplitChains(
             _chunk_runner(

@@ -95,6 +95,11 @@ __all__ = [
     'StepInfo',
     'refresh',
     'chain_axes',
+    'chain_fields',
+    'shared_fields',
+    'merge_fields',
+    'unstack_chains',
+    'stack_chains',
     'fold_in',
     'init',
     'init_chains',
@@ -780,6 +785,37 @@ def init_chains(state: State, num_chains: int) -> State:
             value = jax.tree.map(lambda x: jax.device_put(np.broadcast_to(np.asarray(x), (num_chains, *x.shape))), value)
         fields.append(value)
     return State(*fields)
+
+
+def chain_fields(state: State) -> State:
+    """The per-chain fields of `state` (`chain_axes` 0), None elsewhere."""
+    axes = chain_axes(state)
+    return State(*(x if a == 0 else None for x, a in zip(state, axes, strict=True)))
+
+
+def shared_fields(state: State) -> State:
+    """The fields of `state` that the chains share, None elsewhere."""
+    axes = chain_axes(state)
+    return State(*(None if a == 0 else x for x, a in zip(state, axes, strict=True)))
+
+
+def merge_fields(own: State, shared: State) -> State:
+    """A state from its `chain_fields` and its `shared_fields`."""
+    return State(*(o if o is not None else s for o, s in zip(own, shared, strict=True)))
+
+
+def unstack_chains(state: State, num_chains: int, device) -> list[State]:
+    """The `chain_fields` of each chain of a multi-chain state, on `device`
+    (sliced on the host: no program compiled per slice)."""
+    own = jax.tree.map(np.asarray, chain_fields(state))
+    return [jax.tree.map(lambda x, c=c: jax.device_put(np.array(x[c]), device), own) for c in range(num_chains)]
+
+
+def stack_chains(owns: list[State], shared: State, device) -> State:
+    """The multi-chain state of the chains' `chain_fields` `owns` (the
+    inverse of `unstack_chains`, on the host, then on `device`)."""
+    own = jax.tree.map(lambda *xs: jax.device_put(np.stack([np.asarray(x) for x in xs]), device), *owns)
+    return merge_fields(own, shared)
 
 
 def sweep_count_info(info: StepInfo) -> dict:

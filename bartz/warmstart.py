@@ -57,13 +57,14 @@ additive regression trees", Ann. Appl. Stat. 4(1).
 """
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import numpy as np
 from jax import lax
 from jax import numpy as jnp
 
-from bartz import grove, mcmcstep
+from bartz import grove, mcmcloop, mcmcstep
 
 __all__ = ['num_bins', 'prior_trees', 'start_chains', 'state_from_trees', 'warm_start']
 
@@ -483,20 +484,45 @@ def start_chains(key, state: mcmcstep.State, num_chains: int | None, warmstart: 
     start = DEFAULT_START if start is None else start
     if warmstart == 0 and start == 'root':
         return state
-    program = _start_program(num_chains, warmstart, start, num_bins(state.max_split), _sequential())
+    bins = num_bins(state.max_split)
+    workers = mcmcloop.chain_workers(num_chains, None) if len(state.X.devices()) == 1 else 0
+    if workers:
+        program = _chain_start_program(num_chains, warmstart, start, bins)
+        return _start_on_threads(key, state, num_chains, workers, program)
+    program = _start_program(num_chains, warmstart, start, bins, _sequential())
     return program(key, state)
+
+
+def _start_on_threads(key, state, num_chains, workers, program):
+    """The chains' starts as separate calls on up to `workers` threads (on
+    one CPU device, as `bartz.mcmcloop.run_mcmc` runs the chains), with the
+    keys of the single program: the same starting states."""
+    device = next(iter(state.X.devices()))
+    shared = mcmcstep.shared_fields(state)
+    owns = mcmcstep.unstack_chains(state, num_chains, device)
+    with ThreadPoolExecutor(workers, thread_name_prefix='bartz-start') as pool:
+        owns = list(pool.map(lambda c: program(key, owns[c], shared, np.int32(c)), range(num_chains)))
+    return mcmcstep.stack_chains(owns, shared, device)
+
+
+@functools.cache
+def _chain_start_program(num_chains, warmstart, start, bins):
+    """The compiled start of chain ``chain`` of `num_chains` (its own
+    fields; the shared ones only read)."""
+    one = _one_start(warmstart, start, bins)
+
+    def start_chain(key, own, shared, chain):
+        out = one(_split(key, num_chains)[chain], mcmcstep.merge_fields(own, shared))
+        return mcmcstep.chain_fields(out)
+
+    return jax.jit(start_chain)
 
 
 @functools.cache
 def _start_program(num_chains, warmstart, start, bins, sequential):
     """The compiled start (cached: fits of the same shapes reuse it, and the
     data axis is padded to `bartz.buckets`' ladder)."""
-    if warmstart > 0:
-        one = functools.partial(warm_start, num_sweeps=warmstart, bins=bins)
-    elif start == 'prior':
-        one = prior_trees
-    else:
-        raise ValueError(start)
+    one = _one_start(warmstart, start, bins)
 
     def start_from(key, state):
         if num_chains is None:
@@ -505,6 +531,15 @@ def _start_program(num_chains, warmstart, start, bins, sequential):
         return _map_chains(one, keys, state, sequential)
 
     return jax.jit(start_from)
+
+
+def _one_start(warmstart, start, bins):
+    """The start of one chain: ``fn(key, state)``."""
+    if warmstart > 0:
+        return functools.partial(warm_start, num_sweeps=warmstart, bins=bins)
+    if start == 'prior':
+        return prior_trees
+    raise ValueError(start)
 
 
 def _map_chains(fn, keys, state, sequential):

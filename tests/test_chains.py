@@ -48,7 +48,7 @@ def _fit(kind, monkeypatch, workers=None):
     x, y, kwargs = _data(kind)
     with monkeypatch.context() as m:
         if workers is not None:
-            m.setattr(mcmcloop, '_chain_workers', workers)
+            m.setattr(mcmcloop, 'chain_workers', workers)
         return gbart(x, y, x[:7], **SETTINGS, **kwargs)
 
 
@@ -117,7 +117,7 @@ def test_run_mcmc_final_state(monkeypatch):
     kwargs = {'n_burn': 3, 'n_save': 4, 'printevery': None, 'num_chains': CHAINS}
     copy = jax.tree.map(np.array, state)
     split_state, split_trace, _ = mcmcloop.run_mcmc(random.key(1), state, **kwargs)
-    monkeypatch.setattr(mcmcloop, '_chain_workers', VMAPPED)
+    monkeypatch.setattr(mcmcloop, 'chain_workers', VMAPPED)
     vmapped_state, vmapped_trace, _ = mcmcloop.run_mcmc(random.key(1), jax.tree.map(jax.device_put, copy), **kwargs)
     for a, b in zip(jax.tree.leaves(split_state), jax.tree.leaves(vmapped_state), strict=True):
         assert a.shape == b.shape
