@@ -489,15 +489,15 @@ def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None):
         sigma_scale=prior.scale,
         num_chains=num_chains,
         mesh=mesh,
+        chain_major=True,
     )
     del state
-    # (draws, chains, ...) -> chain after chain, as R's mc.gbart
     if num_chains is None:
-        trace = jax.tree.map(lambda a: a[:, None], trace)
         burn_sigma2 = None if info.burn_sigma2 is None else info.burn_sigma2[:, None]
     else:
         burn_sigma2 = info.burn_sigma2
-    trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1).reshape(-1, *a.shape[2:]), trace)
+        # (chains, draws, ...) -> chain after chain, as R's mc.gbart
+        trace = jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), trace)
     if trace.fit_train is not None:
         trace = trace._replace(fit_train=trace.fit_train[:, :n])
     return X, trace, burn_sigma2, info

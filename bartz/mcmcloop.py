@@ -387,7 +387,8 @@ def _usable_cores() -> int:
 class _SplitChains:
     """The chains of a vmapped state, each run by its own calls of a one-chain
     runner (`_chunk_runner` with ``split_chains``), on up to `workers`
-    threads; a call returns what the vmapped runner would."""
+    threads; a call returns what the vmapped runner would, except that the
+    saved draws have the chain axis first."""
 
     def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int):
         self.runner = runner
@@ -408,7 +409,7 @@ class _SplitChains:
         return _ChunkOut(
             info=mcmcstep.StepInfo(*np.sum([np.stack(o.info) for o in outs], axis=0)),
             sigma2=np.stack([o.sigma2 for o in outs], axis=1),
-            draws=jax.tree.map(lambda *xs: np.stack(xs, axis=1), *(o.draws for o in outs)),
+            draws=jax.tree.map(lambda *xs: np.stack(xs), *(o.draws for o in outs)),  # chains first
             mean_leaves=np.mean([o.mean_leaves for o in outs]),
         )
 
@@ -436,6 +437,7 @@ def run_mcmc(
     num_chains: int | None = None,
     mesh=None,
     dart_start: int | None = None,
+    chain_major: bool = False,
 ) -> tuple[mcmcstep.State, Trace, RunInfo]:
     """Run the BART Markov chain: burn-in, then thinned draws.
 
@@ -472,7 +474,7 @@ def run_mcmc(
         number of chains, with `state` from `bartz.mcmcstep.init_chains`.
         Chain ``c`` at iteration ``i`` uses ``split(fold_in(key, i),
         num_chains)[c]``. Traces then have a chain axis after the draws
-        axis. On one CPU device (no `mesh`) each chain runs as its own calls
+        axis (before it with `chain_major`). On one CPU device (no `mesh`) each chain runs as its own calls
         of a one-chain program, on a pool of up to as many threads as cores
         (faster than one vmapped program, and using every core); elsewhere
         the chains run together with `jax.vmap`. The draws are the same
@@ -486,6 +488,11 @@ def run_mcmc(
     dart_start
         Iteration from which DART updates the split probabilities (if the
         state has DART); default half the burn-in, as R.
+    chain_major
+        With `num_chains`, return traces with the chain axis first,
+        ``(chains, draws, ...)`` (contiguous when the chains ran on threads:
+        chain after chain, as R's ``mc.gbart`` orders them, is then a free
+        reshape), instead of ``(draws, chains, ...)``.
 
     Returns
     -------
@@ -585,7 +592,7 @@ def run_mcmc(
                 burn_sigma2.append(out.sigma2[: min(iters, n_burn - done_iters)])
             num_draws = draws_before(done_iters + iters) - draws_before(done_iters)
             if num_draws:
-                traces.append(jax.tree.map(lambda b: b[:num_draws], out.draws))
+                traces.append(jax.tree.map(lambda b: b[:, :num_draws] if split is not None else b[:num_draws], out.draws))
             done_iters += iters
             totals += np.array([np.sum(x) for x in out.info])  # the StepInfo fields, in order
             dt = time.perf_counter() - t0
@@ -628,10 +635,14 @@ def run_mcmc(
         except RuntimeError:  # interrupted inside a call that had taken (donated) a chain's state
             state = None
     if traces:
-        trace = jax.tree.map(lambda *xs: np.concatenate(xs), *traces)
+        trace = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1 if split is not None else 0), *traces)
     else:
         shapes = jax.eval_shape(lambda s: _extract(s, save_train, num_chains is not None), state)
         trace = jax.tree.map(lambda s: np.zeros((0, *s.shape), s.dtype), shapes)
+        if split is not None:
+            trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
+    if num_chains is not None and chain_major != (split is not None):  # the layout asked
+        trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
     compile_time = 0.0
     if first_chunk_time is not None and done_iters > first_chunk_time[1]:
         rate = (elapsed - first_chunk_time[0]) / (done_iters - first_chunk_time[1])
