@@ -360,9 +360,9 @@ def chain_workers(num_chains: int | None, mesh=None) -> int:
     On CPU, separate calls are faster even one after the other (the vmapped
     sweep does the per-chain scatters and gathers with batch indices), and
     on several threads they use the cores that one call leaves idle
-    (benchmarks/README.md: 2.1 times faster at n = 2,000 and 2.8 times at
-    10,000, 4 chains on 2 cores). Elsewhere (GPU, a mesh of several devices)
-    the chains stay vmapped.
+    (benchmarks/README.md, `gbart` with 4 chains on 2 cores: 2 times faster
+    at n = 1,000 and 2,000, 2.5 times at 10,000). Elsewhere (GPU, a mesh of
+    several devices) the chains stay vmapped.
     """
     if num_chains is None:
         return 0
@@ -474,11 +474,12 @@ def run_mcmc(
         number of chains, with `state` from `bartz.mcmcstep.init_chains`.
         Chain ``c`` at iteration ``i`` uses ``split(fold_in(key, i),
         num_chains)[c]``. Traces then have a chain axis after the draws
-        axis (before it with `chain_major`). On one CPU device (no `mesh`) each chain runs as its own calls
-        of a one-chain program, on a pool of up to as many threads as cores
-        (faster than one vmapped program, and using every core); elsewhere
-        the chains run together with `jax.vmap`. The draws are the same
-        either way, up to float rounding.
+        axis (before it with `chain_major`). On one CPU device (no `mesh`,
+        or a mesh of one device) each chain runs as its own calls of a
+        one-chain program, on a pool of up to as many threads as cores
+        (`chain_workers`: faster than one vmapped program, and using every
+        core); elsewhere the chains run together with `jax.vmap`. The draws
+        are the same either way, up to float rounding.
     mesh
         Optional `jax.sharding.Mesh` with axes ``('chains', 'data')`` (needs
         `num_chains`, a multiple of the 'chains' size): chains are split over
