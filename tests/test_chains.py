@@ -111,10 +111,14 @@ def test_keys_independent_of_chain_count():
             np.testing.assert_array_equal(random.key_data(mcmcloop._chain_key(key, c, num_chains)), want)
 
 
-def test_run_mcmc_final_state(monkeypatch):
-    """`run_mcmc` returns the chains' final states stacked as the vmapped run's."""
+@pytest.mark.parametrize('chain_major', [False, True])
+def test_run_mcmc_final_state(monkeypatch, chain_major):
+    """`run_mcmc` returns the chains' final states stacked as the vmapped
+    run's, and its traces in the layout asked, ``(draws, chains, ...)`` or
+    ``(chains, draws, ...)``."""
     state = mcmcstep.init_chains(data_state(0), CHAINS)
-    kwargs = {'n_burn': 3, 'n_save': 4, 'printevery': None, 'num_chains': CHAINS}
+    n_save = 4
+    kwargs = {'n_burn': 3, 'n_save': n_save, 'printevery': None, 'num_chains': CHAINS, 'chain_major': chain_major}
     copy = jax.tree.map(np.array, state)
     split_state, split_trace, _ = mcmcloop.run_mcmc(random.key(1), state, **kwargs)
     monkeypatch.setattr(mcmcloop, 'chain_workers', VMAPPED)
@@ -122,7 +126,9 @@ def test_run_mcmc_final_state(monkeypatch):
     for a, b in zip(jax.tree.leaves(split_state), jax.tree.leaves(vmapped_state), strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=1e-5, atol=1e-5)
+    lead = (CHAINS, n_save) if chain_major else (n_save, CHAINS)
     for a, b in zip(jax.tree.leaves(split_trace), jax.tree.leaves(vmapped_trace), strict=True):
+        assert a.shape[:2] == b.shape[:2] == lead
         np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=1e-5, atol=1e-5)
 
 
