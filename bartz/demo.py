@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--ndpost', type=int, default=1000, help='kept posterior draws')
     parser.add_argument('--nskip', type=int, default=100, help='burn-in iterations')
     parser.add_argument('--ntree', type=int, default=200, help='number of trees')
+    parser.add_argument(
+        '--mc-cores', type=int, default=1, help='chains (R: mc.gbart mc.cores), run on all cores; ndpost is their total'
+    )
     parser.add_argument('--printevery', type=int, default=100, help='progress every this many iterations (0: silent)')
     parser.add_argument('--out', default='out/demo.png', help='where to write the figure')
     parser.add_argument('--seed', type=int, default=0, help='seed of the simulated data and of the MCMC')
@@ -77,9 +80,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name, minimum in (('n', 2), ('ntest', 1), ('ndpost', 1), ('nskip', 0), ('ntree', 1), ('printevery', 0)):
+    minimums = (('n', 2), ('ntest', 1), ('ndpost', 1), ('nskip', 0), ('ntree', 1), ('printevery', 0), ('mc_cores', 1))
+    for name, minimum in minimums:
         if getattr(args, name) < minimum:
-            parser.error(f'--{name} must be at least {minimum}, got {getattr(args, name)}')
+            flag = name.replace('_', '-')
+            parser.error(f'--{flag} must be at least {minimum}, got {getattr(args, name)}')
     if args.seed < 0:
         parser.error(f'--seed must be non-negative, got {args.seed}')
 
@@ -108,11 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     x, y, f_train = friedman1(args.n, rng)
     x_test, _, f_test = friedman1(args.ntest, rng)
     keepevery = 1
-    iterations = args.nskip + args.ndpost * keepevery
+    chains = args.mc_cores
+    iterations = args.nskip + -(-args.ndpost // chains) * keepevery  # per chain
 
     print(
         f'bartz demo: Friedman #1, n={args.n} training points, p={x.shape[1]}, {args.ntest} test points; '
-        f'gbart with ntree={args.ntree}, nskip={args.nskip}, ndpost={args.ndpost} '
+        f'gbart with ntree={args.ntree}, nskip={args.nskip}, ndpost={args.ndpost}, mc_cores={chains} '
         f'on {jax.devices()[0].platform.upper()} ({jax.device_count()} device(s))'
     )
     start = time.perf_counter()
@@ -129,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             keepevery=keepevery,
             printevery=args.printevery or None,
             seed=args.seed,
+            mc_cores=chains,
         )
     total = time.perf_counter() - start
     converged = True
@@ -140,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     info = fit.run_info
     if info.interrupted:
-        iterations = args.nskip + fit.ndpost * keepevery
+        iterations = args.nskip + fit.ndpost // chains * keepevery
     mcmc_time = max(info.elapsed - info.compile_time, 0.0)
     per_iter = mcmc_time / max(iterations, 1)
 
@@ -152,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     width = float(np.mean(high - low))
     rmse_train = float(np.sqrt(np.mean((fit.yhat_train_mean - f_train) ** 2)))
 
+    of_chains = f' x {chains} chains' if chains > 1 else ''
     rows = [
-        ('MCMC iterations', f'{iterations} ({args.nskip} burn-in + {fit.ndpost} kept)'),
-        ('time per iteration', f'{1000 * per_iter:.2f} ms'),
+        ('MCMC iterations', f'{iterations} ({args.nskip} burn-in + {fit.ndpost // chains} kept)' + of_chains),
+        ('time per iteration' + (' (all chains)' if chains > 1 else ''), f'{1000 * per_iter:.2f} ms'),
         ('compilation', f'{info.compile_time:.1f} s'),
         ('MCMC total (incl. compilation)', f'{info.elapsed:.1f} s'),
         ('gbart total (incl. prediction)', f'{total:.1f} s'),
@@ -182,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     plot_sigma(fit, ax_sigma)
     ax_sigma.axhline(1.0, color='C2', lw=1.2, ls=':', label='true sigma 1')
     ax_sigma.legend(loc='upper right', fontsize='small')
-    fig.suptitle(f'bartz.gbart on Friedman #1 (n={args.n}, ntree={args.ntree}, {per_iter * 1000:.1f} ms/iteration)')
+    chain_note = f', {chains} chains' if chains > 1 else ''
+    fig.suptitle(
+        f'bartz.gbart on Friedman #1 (n={args.n}, ntree={args.ntree}{chain_note}, {per_iter * 1000:.1f} ms/iteration)'
+    )
     fig.savefig(out, dpi=110)
     plt.close(fig)
     print(f'\nwrote {out}')
@@ -204,9 +215,10 @@ def _convergence_line(fit, converged: bool) -> str:
     if converged:
         return line + ': check passed'
     # the check of gbart's ConvergenceWarning failed: say so, and why it is common here
+    chains = '' if fit.chains > 1 else ' or several chains (--mc-cores 4)'
     return (
         line + ': check failed (R-hat > 1.05 or ESS < 100 for sigma or f); at large n the error sd of BART '
-        'mixes slowly: for reliable intervals run longer (--nskip, --ndpost) or several chains'
+        f'mixes slowly: for reliable intervals run longer (--nskip, --ndpost){chains}'
     )
 
 
