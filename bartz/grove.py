@@ -231,24 +231,35 @@ def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_
     pruned = jnp.where(prune[:, None] & ((idx >> 1) == node), node, grown)
     leaf_indices = pruned.astype(jnp.uint8)
 
-    # anything else: traverse the changed trees again, a group at a time
-    group = max(1, min(num_trees, 16))
+    # anything else: traverse the changed trees again, a group at a time:
+    # groups of 16 while there are more than 8 (thinned traces, the first
+    # draw of a chain), then of 4 (a few swaps per draw: a group of 16
+    # would traverse mostly padding)
+    carry = (leaf_indices, retraverse)
+    large, threshold, small = _RETRAVERSE_GROUPS
+    for group, more_than in ((large, threshold), (small, 0)):
+        group = max(1, min(num_trees, group))
 
-    def cond(carry):
-        _, todo = carry
-        return jnp.any(todo)
+        def cond(carry, more_than=more_than):
+            _, todo = carry
+            return jnp.sum(todo) > more_than
 
-    def body(carry):
-        leaf_indices, todo = carry
-        (which,) = jnp.nonzero(todo, size=group, fill_value=num_trees)
-        safe = jnp.minimum(which, num_trees - 1)
-        fresh = traverse_forest(X, var_tree[safe], split_tree[safe])
-        leaf_indices = leaf_indices.at[which].set(fresh, mode='drop')
-        todo = todo.at[which].set(False, mode='drop')
-        return leaf_indices, todo
+        def body(carry, group=group):
+            leaf_indices, todo = carry
+            (which,) = jnp.nonzero(todo, size=group, fill_value=num_trees)
+            safe = jnp.minimum(which, num_trees - 1)
+            fresh = traverse_forest(X, var_tree[safe], split_tree[safe])
+            leaf_indices = leaf_indices.at[which].set(fresh, mode='drop')
+            todo = todo.at[which].set(False, mode='drop')
+            return leaf_indices, todo
 
-    leaf_indices, _ = lax.while_loop(cond, body, (leaf_indices, retraverse))
-    return leaf_indices
+        carry = lax.while_loop(cond, body, carry)
+    return carry[0]
+
+
+# trees traversed at once: groups of the first size while more than the
+# second remain, then groups of the third
+_RETRAVERSE_GROUPS = (16, 8, 4)
 
 
 def _apply_link(f, link, link_params):
