@@ -447,9 +447,17 @@ def _column_values(x, name: str, enc: Encoding) -> list:
         return [x.iloc[:, j] for j in range(p)]
     arr = _numeric_array(x, name)
     if arr.shape[1] != p:
-        msg = f'{name} must have {p} columns like x_train, got {arr.shape[1]}'
-        raise ValueError(msg)
+        raise ValueError(columns_message(name, p, arr.shape[1], np.ndim(x) == 1))
     return [arr[:, j] for j in range(p)]
+
+
+def columns_message(name: str, p: int, got: int, one_dimensional: bool) -> str:
+    """The error for an array with the wrong number of columns; a 1-d
+    array is read as one column, which a single row passed flat is not."""
+    msg = f'{name} must have {p} columns like x_train, got {got}'
+    if one_dimensional and p > 1:
+        msg += f' (a 1-d array is one column; for a single row of {p} values pass it as shape (1, {p}), e.g. x[None, :])'
+    return msg
 
 
 def _column_kind(series: pd.Series, label: str) -> tuple[str, list | None]:

@@ -458,8 +458,7 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
             raise ValueError(msg)
         ncols = 1 if x.ndim == 1 else x.shape[1]
         if ncols != binning.p:
-            msg = f'{name} must have {binning.p} columns like x_train, got {ncols}'
-            raise ValueError(msg)
+            raise ValueError(encoding_mod.columns_message(name, binning.p, ncols, x.ndim == 1))
 
         release = _page_releaser(x)
 

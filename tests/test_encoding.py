@@ -77,6 +77,8 @@ def test_prediction_errors_name_column_and_level():
         enc.transform(df.assign(num='a'), 'x_new')
     with pytest.raises(ValueError, match='x_new must have 4 columns'):
         enc.transform(np.zeros((3, 5)), 'x_new')
+    with pytest.raises(ValueError, match=r'x_new must have 4 columns.*got 1 \(a 1-d array is one column'):
+        enc.transform(np.zeros(4), 'x_new')
 
 
 @pytest.mark.parametrize(

@@ -284,6 +284,11 @@ def test_bad_arguments(fit, pfit, data):
         fit.predict_chunks(3)
     with pytest.raises(ValueError, match='x_new'):
         fit.predict(np.zeros((5, P + 1)), kind='sd')
+    # a single row passed flat: told how to pass it
+    with pytest.raises(ValueError, match=rf'x_new must have {P} columns.*got 1 \(a 1-d array is one column.*\(1, {P}\)'):
+        fit.predict(x_test[0])
+    with pytest.raises(ValueError, match=r'x_new must have .* got 1 \(a 1-d'):
+        fit.predict(list(x_test[0]))
     bad = x_test.copy()
     bad[3, 1] = np.inf
     with pytest.raises(ValueError, match='column 1 .*row 3'):
