@@ -300,6 +300,7 @@ def gbart(
         raise ValueError(msg)
     y, w = priors.check_outcome(outcome, y_train, w, n)
     x_test_model = None if x_test is None else enc.transform(x_test, 'x_test')
+    _checks.check_kept_memory(settings, n, 0 if x_test_model is None else len(x_test_model), x.shape[1])
     key = _checks._make_key(seed)
     splits, kept = _cut_points(enc, x, numcut, xinfo, settings)
     X = _bins(enc, x, splits, kept)

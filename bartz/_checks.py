@@ -7,6 +7,7 @@ value (STYLE 8). The predictors are not converted here: that is the job of
 """
 
 import math
+import os
 import numbers
 from typing import NamedTuple
 
@@ -279,3 +280,38 @@ def make_mesh(devices, num_chain_devices, num_data_devices, mc_cores):
         msg = f"mc_cores={mc_cores} must be a multiple of the number of chain devices ({mesh.shape['chains']})"
         raise ValueError(msg)
     return mesh
+
+
+def _physical_memory():
+    """Bytes of physical memory on this machine, or None where unknown."""
+    try:
+        return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    except (AttributeError, ValueError, OSError):  # pragma: no cover (not on Linux)
+        return None
+
+
+def check_kept_memory(settings, n, n_test, p):
+    """Refuse, before anything runs, a fit whose kept draws alone cannot fit
+    in this machine's memory (``ndpost=10**9``): otherwise the sampler runs
+    for hours and then fails to allocate. The estimate is a lower bound
+    (1-byte tree indices, float32 values, no copies)."""
+    memory = _physical_memory()
+    if memory is None:
+        return
+    heap = 2**settings.maxdepth
+    per_draw = {
+        'trees': settings.ntree * (heap + 4 * heap),
+        'yhat_train': 4 * n if settings.save_yhat_train else 0,
+        'yhat_test': 4 * n_test,
+        'varcount': 4 * p,
+    }
+    total = settings.ndpost * sum(per_draw.values())
+    if total > memory:
+        parts = ', '.join(f'{k} {v:,} B' for k, v in per_draw.items() if v)
+        msg = (
+            f'ndpost={settings.ndpost:,} kept draws need at least {total / 2**30:,.0f} GiB '
+            f'({parts} per draw), more than the {memory / 2**30:,.0f} GiB of memory of this '
+            'machine: lower ndpost, or pass '
+            'save_yhat_train=False to keep no draws at the training points'
+        )
+        raise ValueError(msg)

@@ -43,6 +43,7 @@ from scipy import fft, special
 
 __all__ = [
     'ESS_MIN',
+    'MIN_DRAWS',
     'RHAT_MAX',
     'ConvergenceWarning',
     'check_points',
@@ -55,7 +56,7 @@ __all__ = [
     'summary',
 ]
 
-_MIN_DRAWS = 4
+MIN_DRAWS = 4
 # draws processed at once (chains x draws x elements): bounds the temporaries
 # to a few tens of MB however many elements there are
 _BATCH_SIZE = 2**20
@@ -134,9 +135,9 @@ def _as_chains(
     if num_chains < 1:
         msg = 'draws must have at least 1 chain along chain_axis, got 0'
         raise ValueError(msg)
-    if num_draws < _MIN_DRAWS:
+    if num_draws < MIN_DRAWS:
         msg = (
-            f'draws must have at least {_MIN_DRAWS} draws per chain along '
+            f'draws must have at least {MIN_DRAWS} draws per chain along '
             f'draw_axis, got {num_draws}'
         )
         raise ValueError(msg)
@@ -888,8 +889,8 @@ def geweke(
         msg = 'x must have at least 1 dimension (the draws), got a scalar'
         raise ValueError(msg)
     n = arr.shape[0]
-    if n < _MIN_DRAWS:
-        msg = f'x must have at least {_MIN_DRAWS} draws along axis 0, got {n}'
+    if n < MIN_DRAWS:
+        msg = f'x must have at least {MIN_DRAWS} draws along axis 0, got {n}'
         raise ValueError(msg)
 
     # coda's windows, 1-based inclusive, with the same float arithmetic
@@ -992,13 +993,13 @@ def convergence_problems(
     num_points = 0
     if sigma is not None:
         sigma = np.asarray(sigma)
-        if sigma.shape[1] >= _MIN_DRAWS:
+        if sigma.shape[1] >= MIN_DRAWS:
             rhat_sigma = float(rhat(sigma))
             ess_sigma = float(ess_bulk(sigma))
     if f is not None:
         f = np.asarray(f)
         num_points = f.shape[2]
-        if f.shape[1] >= _MIN_DRAWS and num_points > 0:
+        if f.shape[1] >= MIN_DRAWS and num_points > 0:
             r = rhat(f)
             if not np.all(np.isnan(r)):  # all points constant: nothing to check
                 rhat_f = float(np.nanmedian(r))

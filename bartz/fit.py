@@ -347,6 +347,14 @@ class BARTFit:
         """
         from bartz import diagnostics  # noqa: PLC0415
 
+        per_chain = self.ndpost // self.chains
+        if per_chain < diagnostics.MIN_DRAWS:
+            msg = (
+                f'diagnostics() needs at least {diagnostics.MIN_DRAWS} kept draws '
+                f'per chain, this fit has {per_chain} (ndpost={self.ndpost} over '
+                f'{self.chains} chain{"s" if self.chains > 1 else ""}): refit with a larger ndpost'
+            )
+            raise ValueError(msg)
         rows = {}
         if not priors.OUTCOME_TYPES[self.type].binary:
             s = self.by_chain('sigma_')

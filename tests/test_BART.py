@@ -192,6 +192,7 @@ _BAD_INPUTS = [
     ('ndpost_0', {'ndpost': 0}, ValueError, 'ndpost'),
     ('ndpost_float', {'ndpost': 10.5}, ValueError, 'ndpost'),
     ('ndpost_str', {'ndpost': '10'}, TypeError, 'ndpost'),
+    ('ndpost_beyond_memory', {'ndpost': 10**9}, ValueError, r'ndpost=1,000,000,000 kept draws need at least [\d,]+ GiB'),
     ('nskip_neg', {'nskip': -1}, ValueError, 'nskip'),
     ('keepevery_0', {'keepevery': 0}, ValueError, 'keepevery'),
     ('ntree_0', {'ntree': 0}, ValueError, 'ntree'),
@@ -588,6 +589,17 @@ def test_diagnostics_from_x_train_without_saved_draws():
     for bad, message in [(x[:0], 'x_train must have at least one row'), (x[:, :2], 'x_train must have')]:
         with pytest.raises(ValueError, match=message):
             lean.diagnostics(bad)
+
+
+def test_diagnostics_with_too_few_draws_says_so(data):
+    """3 kept draws per chain are too few for R-hat: the error names the fit's
+    ndpost and chains, not the axes of an internal array."""
+    x, y, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', ConvergenceWarning)
+        fit = gbart(x, y, seed=0, **{**SMALL, 'ndpost': 6}, mc_cores=2)
+    with pytest.raises(ValueError, match=r'at least 4 kept draws per chain, this fit has 3 \(ndpost=6 over 2 chains\)'):
+        fit.diagnostics()
 
 
 def test_convergence_warning_can_be_silenced(data):
