@@ -451,11 +451,12 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     n = state.resid.shape[0]
     bounds = _data_blocks(n)
     weights = [None if prec_weights is None else prec_weights[start:stop] for start, stop in bounds]
-    # small n: the counts come from one more column of the scatter (about
-    # free), not from masked reductions (several kernels each, which at
-    # small n cost more than the data); large n: the reductions (a second
-    # scatter column costs a pass over the data)
-    count_in_scatter = len(bounds) == 1 and n < _BLOCK_MIN_POINTS
+    # small n on CPU, and GPUs: the counts come from one more column of the
+    # per-leaf sums (about free), not from masked reductions (several
+    # kernels each, which at small n cost more than the data); large n on
+    # CPU: the reductions (a second scatter column costs a pass over the
+    # data) (`kernels.counts_in_sums`)
+    count_in_scatter = kernels.counts_in_sums(n, len(bounds))
     keep_prec = forest.leaf_prec is not None  # (a logistic state has none)
 
     def finish(resid, leaf_indices, rows, delta, cell_map, j):

@@ -824,6 +824,32 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     np.testing.assert_allclose(plain.sigma2, blocked.sigma2, rtol=1e-4)
 
 
+@pytest.mark.parametrize('weighted', [False, True])
+def test_gpu_kernels_do_not_change_the_chain(monkeypatch, weighted):
+    """The kernels the sweep uses off CPU (per-leaf sums as a masked
+    reduction, the points per leaf counted in its last column), forced on
+    CPU at small n, give the chain of the CPU kernels: the same trees and,
+    up to float rounding, the same values."""
+    state = data_state(7, weighted=weighted)
+
+    def run(state):
+        return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(7), state)
+
+    cpu, _ = run(state)
+    monkeypatch.setattr(kernels, '_on_cpu', lambda: False)
+    monkeypatch.setattr(kernels, '_REDUCE_MIN_POINTS', 0)
+    assert kernels.counts_in_sums(2**20, 1)
+    off_cpu, info = run(state)
+    check_state(off_cpu, DATA_MIN_POINTS)
+    assert int(np.sum(info.grow_accepted)) > 10
+    np.testing.assert_array_equal(cpu.forest.split_tree, off_cpu.forest.split_tree)
+    np.testing.assert_array_equal(cpu.forest.var_tree, off_cpu.forest.var_tree)
+    np.testing.assert_array_equal(cpu.forest.leaf_indices, off_cpu.forest.leaf_indices)
+    np.testing.assert_allclose(cpu.forest.leaf_tree, off_cpu.forest.leaf_tree, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(cpu.resid, off_cpu.resid, atol=1e-4)
+    np.testing.assert_allclose(cpu.sigma2, off_cpu.sigma2, rtol=1e-4)
+
+
 @pytest.mark.parametrize('num', [3, 20])
 @pytest.mark.parametrize('n', [100, 5000])
 def test_leaf_sums_and_lookup_under_vmap(num, n):
@@ -835,11 +861,18 @@ def test_leaf_sums_and_lookup_under_vmap(num, n):
     values = jnp.asarray(rng.normal(size=(num, n)), jnp.float32)
     table = jnp.asarray(rng.normal(size=(num, 64)), jnp.float32)
     sums = jax.jit(jax.vmap(lambda i, v: mcmcstep._leaf_sums(i, v, 64)))(indices, values)
+    masked = jax.jit(jax.vmap(lambda i, v: kernels._masked_leaf_sums(i, v, 64)))(indices, values)
+    # two columns at once, as the sweep asks
+    pairs = jax.jit(jax.vmap(lambda i, v: kernels._masked_leaf_sums(i, jnp.stack([v, 2 * v], axis=1), 64)))(
+        indices, values
+    )
     looked = jax.jit(jax.vmap(mcmcstep._lookup))(table, indices)
     shared = jax.jit(jax.vmap(mcmcstep._lookup, in_axes=(None, 0)))(table[0], indices)
     for b in range(num):
         expected = np.bincount(np.asarray(indices[b]), weights=np.asarray(values[b], np.float64), minlength=64)
         np.testing.assert_allclose(sums[b], expected, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(masked[b], expected, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(pairs[b], np.stack([expected, 2 * expected], axis=1), rtol=1e-4, atol=1e-3)
         np.testing.assert_array_equal(looked[b], np.asarray(table[b])[np.asarray(indices[b])])
         np.testing.assert_array_equal(shared[b], np.asarray(table[0])[np.asarray(indices[b])])
 
