@@ -17,6 +17,7 @@ import pandas as pd
 from jax import numpy as jnp
 
 from bartz import _random, grove, sharding
+from bartz.encoding import numbers_from_object
 from bartz.moves import move_probs_array
 
 
@@ -77,7 +78,7 @@ def _as_vector(name, y, n):
             msg = f'{name} must be numeric, got a Series of dtype {y.dtype}'
             raise TypeError(msg)
         y = y.to_numpy(dtype=np.float64, na_value=np.nan)
-    arr = np.asarray(y)
+    arr = numbers_from_object(np.asarray(y))
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         msg = f'{name} must be numeric, got an array of dtype {arr.dtype}'
         raise TypeError(msg)

@@ -394,6 +394,18 @@ def _numeric_spec(cname, col: np.ndarray, label: str) -> ColumnSpec:
     return ColumnSpec(cname, _NUMERIC, (), bool(missing.any()), fill)
 
 
+def numbers_from_object(arr: np.ndarray) -> np.ndarray:
+    """An object array whose elements are all real numbers (or None) as
+    float64 with NaN for None, as pandas reads an object column of numbers;
+    any other array as it is (the caller rejects what is not numeric)."""
+    if arr.dtype != object or arr.size == 0:
+        return arr
+    flat = arr.reshape(-1)
+    if not all(v is None or (isinstance(v, numbers.Real) and not isinstance(v, str)) for v in flat):
+        return arr
+    return np.array([np.nan if v is None else float(v) for v in flat], np.float64).reshape(arr.shape)
+
+
 def _numeric_array(x, name: str) -> np.ndarray:
     """A non-DataFrame ``x`` as an ``(n, p)`` float64 array (NaN for missing).
     A SciPy sparse matrix is made dense (the sampler bins every entry)."""
@@ -404,6 +416,7 @@ def _numeric_array(x, name: str) -> np.ndarray:
     except Exception as e:
         msg = f'{name} could not be converted to an array: {e}'
         raise TypeError(msg) from e
+    arr = numbers_from_object(arr)
     if np.iscomplexobj(arr):
         msg = f'{name} must be real, got complex values'
         raise TypeError(msg)

@@ -447,6 +447,7 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
             except Exception as e:
                 msg = f'{name} could not be converted to an array: {e}'
                 raise TypeError(msg) from e
+        x = encoding_mod.numbers_from_object(x)
         if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
             msg = f'{name} must be numeric, got an array of dtype {x.dtype} (categorical columns need a DataFrame)'
             raise TypeError(msg)

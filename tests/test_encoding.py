@@ -108,6 +108,28 @@ def test_object_numbers_and_bools_are_numeric():
     assert_array_equal(out[:3, 1], [1, np.nan, 0])
 
 
+def test_object_arrays_of_numbers_are_numeric():
+    """A NumPy object array of numbers (and None), as a DataFrame's object
+    column of numbers: float64 with NaN for None, in x_train, x_new and
+    y_train; any other object stays a TypeError."""
+    x = np.random.default_rng(1).normal(size=(12, 2))
+    objects = x.astype(object)
+    objects[2, 1] = None
+    enc = fit_encoding(objects)
+    expected = x.copy()
+    expected[2, 1] = np.nan
+    assert_array_equal(enc.encode(objects, 'x'), expected)
+    mixed = objects.copy()
+    mixed[0, 0] = 'a'
+    with pytest.raises(TypeError, match='x must be numeric, got an array of dtype object'):
+        fit_encoding(mixed, 'x')
+    y = x[:, 0] + 1
+    fit = gbart(objects, y.astype(object), ndpost=4, nskip=2, printevery=None, seed=0)
+    reference = gbart(expected, y, ndpost=4, nskip=2, printevery=None, seed=0)
+    assert_array_equal(fit.yhat_train, reference.yhat_train)
+    assert_array_equal(fit.predict(objects[:3]), reference.predict(expected[:3]))
+
+
 # ---------------------------------------------------------------- missing values
 
 
