@@ -790,6 +790,22 @@ def test_bookkeeping_every_move_several_chains(binary, weighted, padded):
     assert set(info) == {'grow_acc', 'prune_acc', 'change_acc', 'swap_acc'}
 
 
+def run_fresh(seed, state):
+    """`run_data_chunk` from a fresh function, so that jit traces again
+    with the patched modules."""
+    return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(seed), state)
+
+
+def assert_same_chain(a, b):
+    """The same trees and leaf indices; the same values up to float rounding."""
+    np.testing.assert_array_equal(a.forest.split_tree, b.forest.split_tree)
+    np.testing.assert_array_equal(a.forest.var_tree, b.forest.var_tree)
+    np.testing.assert_array_equal(a.forest.leaf_indices, b.forest.leaf_indices)
+    np.testing.assert_allclose(a.forest.leaf_tree, b.forest.leaf_tree, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a.resid, b.resid, atol=1e-4)
+    np.testing.assert_allclose(a.sigma2, b.sigma2, rtol=1e-4)
+
+
 @pytest.mark.parametrize('weighted', [False, True])
 def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     """Large-n code paths of the sweep give the same chain as the plain one.
@@ -804,24 +820,14 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     valid = np.ones(DATA_N, bool)
     valid[[3, 77, 150]] = False  # padding inside the blocks
     state = data_state(5, weighted=weighted, valid=valid)
-
-    def run(state):
-        # a fresh function, so that jit traces again with the patched module
-        return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(5), state)
-
     monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', 2**62)
-    plain, _ = run(state)
+    plain, _ = run_fresh(5, state)
     monkeypatch.setattr(mcmcstep, '_data_blocks', lambda n: [(0, 61), (61, 140), (140, n)])
     monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', 0)
-    blocked, info = run(state)
+    blocked, info = run_fresh(5, state)
     check_state(blocked, DATA_MIN_POINTS, valid)
     assert int(np.sum(info.grow_accepted)) > 10
-    np.testing.assert_array_equal(plain.forest.split_tree, blocked.forest.split_tree)
-    np.testing.assert_array_equal(plain.forest.var_tree, blocked.forest.var_tree)
-    np.testing.assert_array_equal(plain.forest.leaf_indices, blocked.forest.leaf_indices)
-    np.testing.assert_allclose(plain.forest.leaf_tree, blocked.forest.leaf_tree, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(plain.resid, blocked.resid, atol=1e-4)
-    np.testing.assert_allclose(plain.sigma2, blocked.sigma2, rtol=1e-4)
+    assert_same_chain(plain, blocked)
 
 
 @pytest.mark.parametrize('weighted', [False, True])
@@ -831,23 +837,14 @@ def test_gpu_kernels_do_not_change_the_chain(monkeypatch, weighted):
     CPU at small n, give the chain of the CPU kernels: the same trees and,
     up to float rounding, the same values."""
     state = data_state(7, weighted=weighted)
-
-    def run(state):
-        return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(7), state)
-
-    cpu, _ = run(state)
+    cpu, _ = run_fresh(7, state)
     monkeypatch.setattr(kernels, '_on_cpu', lambda: False)
     monkeypatch.setattr(kernels, '_REDUCE_MIN_POINTS', 0)
     assert kernels.counts_in_sums(2**20, 1)
-    off_cpu, info = run(state)
+    off_cpu, info = run_fresh(7, state)
     check_state(off_cpu, DATA_MIN_POINTS)
     assert int(np.sum(info.grow_accepted)) > 10
-    np.testing.assert_array_equal(cpu.forest.split_tree, off_cpu.forest.split_tree)
-    np.testing.assert_array_equal(cpu.forest.var_tree, off_cpu.forest.var_tree)
-    np.testing.assert_array_equal(cpu.forest.leaf_indices, off_cpu.forest.leaf_indices)
-    np.testing.assert_allclose(cpu.forest.leaf_tree, off_cpu.forest.leaf_tree, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(cpu.resid, off_cpu.resid, atol=1e-4)
-    np.testing.assert_allclose(cpu.sigma2, off_cpu.sigma2, rtol=1e-4)
+    assert_same_chain(cpu, off_cpu)
 
 
 @pytest.mark.parametrize('num', [3, 20])
