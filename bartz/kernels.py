@@ -83,8 +83,11 @@ def _masked_leaf_sums(indices, values, size):
     `counts_in_sums`) took the step from 11.5 to 4.1 ms per iteration at
     n = 100,000 and from 75 to 11 ms at 1,000,000. Below
     `_REDUCE_MIN_POINTS` the scatter is as fast or faster (3.1 against 3.5
-    ms at n = 1,000). On CPU the reduction costs a pass per leaf: never
-    used there."""
+    ms at n = 1,000). Memory: on GPU the compiled temporaries stay within
+    the size of ``values`` (``memory_analysis`` at n = 1,000,000: 0.26 MB
+    for one column, 12.8 MB for three, the data being 4 and 12 MB); on CPU
+    XLA would form the ``(n, size)`` mask (256 MB there) and the reduction
+    costs a pass per leaf: never used there."""
     mask = indices[:, None] == jnp.arange(size, dtype=indices.dtype)  # (n, size)
     if values.ndim == 1:
         return jnp.sum(jnp.where(mask, values[:, None], 0), axis=0)
