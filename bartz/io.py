@@ -151,7 +151,10 @@ def load(path) -> BARTFit:
     except (OSError, ValueError, EOFError, KeyError, TypeError) as e:
         if isinstance(e, FileNotFoundError):
             raise
-        msg = f'{path!r} is not a readable bartz fit file (truncated, corrupt or another format): {e}'
+        # (NumPy's reason for a file that is not an archive suggests loading
+        # it with pickle: not advice to pass on for a fit file)
+        reason = 'not a NumPy archive' if 'allow_pickle' in str(e) else str(e)
+        msg = f'{path!r} is not a readable bartz fit file (truncated, corrupt or another format): {reason}'
         raise ValueError(msg) from e
     except Exception as e:  # zipfile.BadZipFile and relatives
         msg = f'{path!r} is not a readable bartz fit file (truncated, corrupt or another format): {e}'

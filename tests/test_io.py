@@ -154,8 +154,10 @@ def test_not_our_file_is_refused(tmp_path, kind):
         path.write_bytes(pickle.dumps({'a': 1}))
     else:
         np.savez(open(path, 'wb'), header=np.frombuffer(b'{not json', np.uint8))  # noqa: SIM115
-    with pytest.raises(ValueError, match=f'{kind}.bin'):
+    with pytest.raises(ValueError, match=f'{kind}.bin') as info:
         bartz.load(path)
+    # no advice to unpickle a file that is not ours
+    assert 'allow_pickle' not in str(info.value)
 
 
 def test_bad_arguments(fit, tmp_path):
