@@ -7,8 +7,8 @@ value (STYLE 8). The predictors are not converted here: that is the job of
 """
 
 import math
-import os
 import numbers
+import os
 from typing import NamedTuple
 
 import jax
