@@ -401,7 +401,7 @@ def numbers_from_object(arr: np.ndarray) -> np.ndarray:
     if arr.dtype != object or arr.size == 0:
         return arr
     flat = arr.reshape(-1)
-    if not all(v is None or (isinstance(v, numbers.Real) and not isinstance(v, str)) for v in flat):
+    if not all(v is None or isinstance(v, numbers.Real) for v in flat):
         return arr
     return np.array([np.nan if v is None else float(v) for v in flat], np.float64).reshape(arr.shape)
 
