@@ -395,15 +395,16 @@ def _numeric_spec(cname, col: np.ndarray, label: str) -> ColumnSpec:
 
 
 def numbers_from_object(arr: np.ndarray) -> np.ndarray:
-    """An object array whose elements are all real numbers (or None) as
-    float64 with NaN for None, as pandas reads an object column of numbers;
-    any other array as it is (the caller rejects what is not numeric)."""
+    """An object array whose elements are all real numbers or missing
+    (`_is_missing`: None, NaN, ``pd.NA``, as for a DataFrame's object
+    column) as float64 with NaN for missing; any other array as it is (the
+    caller rejects what is not numeric)."""
     if arr.dtype != object or arr.size == 0:
         return arr
     flat = arr.reshape(-1)
-    if not all(v is None or isinstance(v, numbers.Real) for v in flat):
+    if not all(_is_missing(v) or isinstance(v, numbers.Real) for v in flat):
         return arr
-    return np.array([np.nan if v is None else float(v) for v in flat], np.float64).reshape(arr.shape)
+    return np.array([np.nan if _is_missing(v) else float(v) for v in flat], np.float64).reshape(arr.shape)
 
 
 def _numeric_array(x, name: str) -> np.ndarray:
