@@ -407,9 +407,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     the move touches (at most two per tree) are sums over its cells; the
     log marginal likelihood ratio is computed from them alone (the other
     leaves are the same in both trees and cancel), and every leaf of the
-    final tree gets its conjugate draw. The tree's change in the
-    residuals, ``old - new`` value by slot, is applied with the next tree's
-    pass.
+    final tree gets its conjugate draw. The tree writes one row (per slot:
+    the new value, the count, the precision, ``old - new`` value; its flags
+    at the unused slot 0), which is its output and which the next tree
+    reads: the tree's change in the residuals is applied with the next
+    tree's pass.
     """
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
@@ -459,12 +461,17 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     count_in_scatter = kernels.counts_in_sums(n, len(bounds))
     keep_prec = forest.leaf_prec is not None  # (a logistic state has none)
 
-    def finish(resid, leaf_indices, rows, delta, cell_map, j):
+    def finish(resid, leaf_indices, rows, prev_row, prev_cells, j):
         """Apply tree ``j``'s change to the residuals and to its leaf indices:
-        ``old - new`` value by slot, and the final leaf of the (at most
-        two) cells whose points change leaf (``cell_map``: the cells, -1
-        if unused, and their final leaves)."""
-        cell, cell_final = cell_map
+        ``old - new`` value by slot (the last column of its output row
+        `prev_row`), and the final leaf of the (at most two) cells whose
+        points change leaf (`prev_cells`: the cells, -1 if unused, their
+        current and their proposed leaf; which one is final says the
+        acceptance bit of the row, `_FLAGS_SLOT`)."""
+        delta = prev_row[:, -1]
+        accepted = (lax.bitcast_convert_type(prev_row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
+        cell = prev_cells[0]
+        cell_final = jnp.where(accepted, prev_cells[2], prev_cells[1])
         out = []
         for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
             out.append(block_resid + _lookup(delta, row))
@@ -478,10 +485,10 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     def body(carry, tree):
         # The previous tree's change is applied here rather than at the end of
         # its own iteration: one pass over the data per tree.
-        resid, leaf_indices, prev_rows, prev_delta, prev_cell_map = carry
-        j, old_at, counted, remapped, count, move, log_u, noise = tree
+        resid, leaf_indices, prev_rows, prev_row = carry
+        j, old_at, counted, prev_cells, same, first, noise_at, count, move, log_u, noise = tree
         # (for the first tree, a no-op: zero delta, no cell)
-        resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_delta, prev_cell_map, jnp.maximum(j - 1, 0))
+        resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_row, prev_cells, jnp.maximum(j - 1, 0))
 
         rows = []
         sums = 0.0
@@ -517,7 +524,6 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         at_cell = slot[:, None] == move.cells[None, :]  # (H, 4)
         if count_in_scatter:
             slot_count = num_counted
-            cell_count = jnp.where(used, slot_count[jnp.clip(move.cells, 0, heap_size - 1)], 0)
         else:
             is_counted = (move.cells[:, None] == counted[None, :]) & (counted[None, :] >= 0)  # (4, 2)
             counted_num = jnp.sum(jnp.where(is_counted, num_counted, 0), axis=1)  # (4,)
@@ -528,74 +534,122 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             cell_count = jnp.where(used, jnp.where(fresh, counted_num, derived), 0)
             slot_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(at_cell, cell_count, 0), axis=1)
 
-        # per slot: residual sum and precision; the residual sums include
-        # this tree: add back its old value on each slot (constant there),
-        # times the slot's precision
-        prec_sum = sums[:, 1] if weighted else slot_count.astype(jnp.float32)
-        per_slot = jnp.stack([sums[:, 0] + prec_sum * old_at, prec_sum], axis=1)  # (H, 2)
+        # per slot: residual sum, precision and count (a float, exact below
+        # 2**24; without weights the precision is the count); the residual
+        # sums include this tree: add back its old value on each slot
+        # (constant there), times the slot's precision
+        count_f = slot_count.astype(jnp.float32)
+        prec_sum = sums[:, 1] if weighted else count_f
+        columns = [sums[:, 0] + prec_sum * old_at, prec_sum] + ([count_f] if weighted else [])
+        count_col = len(columns) - 1
 
-        # per cell: the statistics of its leaf in the current (row 0) and in
-        # the proposed tree (row 1), sums over the cells of that leaf. The
-        # leaves the move does not touch are the same in both trees and
-        # cancel from the ratio: only the touched leaves (at most two per
-        # tree) enter it, each once, at its first cell; four log marginals
-        # per tree, not one per heap slot (at small n, heap-sized work is
-        # what a tree costs)
-        cell_stats = jnp.where(used[:, None], per_slot[jnp.clip(move.cells, 0, heap_size - 1)], 0.0)  # (4, 2)
-        leaves = jnp.stack([move.cell_old, move.cell_new])  # (2, 4)
-        same = (leaves[:, :, None] == leaves[:, None, :]) & used  # (2, 4, 4)
-        leaf_stats = jnp.sum(jnp.where(same[..., None], cell_stats, 0.0), axis=2)  # (2, 4, 2)
-        leaf_count = jnp.sum(jnp.where(same, cell_count, 0), axis=2)  # (2, 4)
-        first = used & ~jnp.any(same & _EARLIER, axis=2)  # (2, 4)
+        # per cell, its statistics, in one reduction over the heap. After
+        # it, one more reduction (the log likelihood ratio) and element-wise
+        # code, on the heap or on the four cells, with the sums over cells
+        # written out: at small n a tree costs what its kernels cost, and
+        # every reduction or gather is a kernel (2026-11-24: 26 -> 22
+        # kernels per tree, 10% faster at n = 1,000, see
+        # benchmarks/README.md). A leaf has at most two cells, so these sums
+        # are exact whatever their order. (XLA's CPU backend splits a
+        # reduction of more than 32 values in two kernels: the heap is
+        # summed in halves of at most 32.)
+        half = min(heap_size, 32)
+        per_slot = jnp.stack(columns, axis=1)  # (H, C)
+        masked = jnp.where(at_cell.T[:, None, :], per_slot.T[None], 0.0)  # (4, C, H)
+        parts = jnp.sum(masked.reshape(4, len(columns), heap_size // half, half), axis=3)
+        cell_stats = parts[:, :, 0]
+        for i in range(1, parts.shape[2]):
+            cell_stats = cell_stats + parts[:, :, i]  # (4, C)
 
-        # the log likelihood ratio and the leaves of the proposed tree with
-        # too few points, in one reduction
+        def over_cells(mask, values):
+            """``sum_d where(mask[..., d], values[d], 0)``, written out."""
+            total = 0.0
+            for d in range(4):
+                total = total + jnp.where(mask[..., d, None], values[d], 0.0)
+            return total
+
+        # the statistics of each cell's leaf in the current (row 0) and in
+        # the proposed tree (row 1). The leaves the move does not touch are
+        # the same in both trees and cancel from the ratio: only the
+        # touched leaves (at most two per tree) enter it, each once, at its
+        # first cell (`first`); in the same reduction, the number of leaves
+        # of the proposed tree with too few points
+        leaf_stats = over_cells(same, cell_stats)  # (2, 4, C)
         marginals = _log_marginal(leaf_stats[..., 0], leaf_stats[..., 1], inv_sigma2, inv_tau2)  # (2, 4)
-        contrib = jnp.where(first, marginals, 0.0)
-        too_small = first[1] & (leaf_count[1] < min_points)
-        totals = jnp.sum(jnp.stack([contrib[1] - contrib[0], too_small.astype(jnp.float32)]), axis=1)
-        log_alpha = move.log_ratio_tree + totals[0]
+        too_small = first[1] & (leaf_stats[1, :, count_col] < min_points)
+        totals = jnp.sum(
+            jnp.stack([jnp.where(first[1], marginals[1], 0.0) - jnp.where(first[0], marginals[0], 0.0), too_small.astype(jnp.float32)]),
+            axis=1,
+        )
         allowed = move.allowed & (totals[1] == 0)
-        accept = allowed & (log_u < log_alpha)
+        accept = allowed & (log_u < move.log_ratio_tree + totals[0])
 
-        # every leaf of the final tree: an untouched leaf is its own slot, a
-        # touched one the sum of its cells
-        leaf = jnp.where(accept, move.new_leaf, move.leaf)
+        # the final tree, and the values of its leaves twice in one
+        # expression (XLA puts an expensive expression used twice in a
+        # kernel of its own): by leaf (row 0; an untouched leaf is its own
+        # slot, a touched one the sum of its cells) and by slot (row 1:
+        # the value of the final leaf of the slot's points)
         cell_final = jnp.where(accept, move.cell_new, move.cell_old)
         to = (slot[:, None] == cell_final[None, :]) & used  # (H, 4)
-        final = jnp.where(move.identity[:, None], per_slot, 0.0) + jnp.sum(jnp.where(to[..., None], cell_stats, 0.0), axis=1)
-        final_count = jnp.where(move.identity, count, 0) + jnp.sum(jnp.where(to, cell_count, 0), axis=1)
-        post_prec = final[:, 1] * inv_sigma2 + inv_tau2
-        post_mean = final[:, 0] * inv_sigma2 / post_prec
-        new_values = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
+        of_cell = over_cells(cell_final[:, None] == cell_final[None, :], cell_stats)  # (4, C)
+        noise_of_cell = jnp.where(accept, noise_at[1], noise_at[0])
+        identity = move.identity[:, None]
+        is_cell = (at_cell[:, 0] | at_cell[:, 1]) | (at_cell[:, 2] | at_cell[:, 3])
+        stats = jnp.stack([
+            jnp.where(identity, per_slot, 0.0) + over_cells(to, cell_stats),
+            jnp.where(identity, per_slot, 0.0) + over_cells(at_cell, of_cell),
+        ])  # (2, H, C)
+        leaf_noise = jnp.stack([noise, jnp.where(move.identity, noise, 0.0) + over_cells(at_cell, noise_of_cell[:, None])[:, 0]])
+        is_leaf = jnp.stack([jnp.where(accept, move.new_leaf, move.leaf), move.identity | is_cell])
+        values = jnp.where(is_leaf, _leaf_draw(stats, leaf_noise, inv_sigma2, inv_tau2), 0.0)  # (2, H)
+        leaf = is_leaf[0]
+        final = stats[0]
+        new_values = values[0]
+        new_at = values[1]
 
-        # per slot: old minus new value; the final leaf of the changed cells
-        cell_value = jnp.where(move.cells >= 0, new_values[jnp.clip(cell_final, 0, heap_size - 1)], 0.0)
-        new_at = jnp.where(move.identity, new_values, 0.0) + jnp.sum(jnp.where(at_cell, cell_value, 0.0), axis=1)
-        delta = old_at - new_at
-
-        carry = (resid, leaf_indices, tuple(rows), delta, jnp.stack([move.cells[remapped], cell_final[remapped]]))
-        # the outputs of the tree in two arrays (fewer writes per tree): the
-        # values, the counts (their int32 bits) and the precisions; the flags
-        out = [new_values, lax.bitcast_convert_type(jnp.where(leaf, final_count, 0), jnp.float32)]
+        # the tree's output row, also carried to the next tree: per slot the
+        # value, the count (its int32 bits; at the unused slot 0, the flags:
+        # accepted, allowed), the precision, and old minus new value
+        final_count = jnp.where(leaf, final[:, count_col].astype(jnp.int32), 0)
+        flags = accept.astype(jnp.int32) | (allowed.astype(jnp.int32) << 1)
+        final_count = jnp.where(slot == _FLAGS_SLOT, flags, final_count)
+        out = [new_values, lax.bitcast_convert_type(final_count, jnp.float32)]
         if keep_prec:
             out.append(jnp.where(leaf, final[:, 1], 0.0))
-        return carry, (jnp.stack(out, axis=1), jnp.stack([accept, allowed]))
+        out.append(old_at - new_at)
+        row = jnp.stack(out, axis=1)
+        return (resid, leaf_indices, tuple(rows), row), row
 
-    xs = (jnp.arange(num_trees), old_at, counted, remapped_of_kind, forest.leaf_count, moves, log_u, noise)
+    # what depends on the move alone, for all trees at once: the cells
+    # whose points can change leaf, with their current and proposed leaves;
+    # which cells share a leaf (`same`, rows: current and proposed tree) and
+    # which is the first cell of its leaf; the noise of each cell's leaf
+    # in both trees
+    remapped_cells = jnp.stack(
+        [jnp.take_along_axis(x, remapped_of_kind, axis=1) for x in (moves.cells, moves.cell_old, moves.cell_new)], axis=1
+    )  # (m, 3, 2)
+    leaves = jnp.stack([moves.cell_old, moves.cell_new], axis=1)  # (m, 2, 4)
+    same = (leaves[:, :, :, None] == leaves[:, :, None, :]) & used[:, None, None, :]  # (m, 2, 4, 4)
+    first = used[:, None, :] & ~jnp.any(same & _EARLIER, axis=3)  # (m, 2, 4)
+    noise_at = jnp.take_along_axis(noise[:, None, :], jnp.clip(leaves, 0, heap_size - 1), axis=2)  # (m, 2, 4)
+    # each tree gets the remapped cells of the tree before it (whose change it applies)
+    prev_cells = jnp.concatenate([jnp.full((1, 3, 2), -1, jnp.int32), remapped_cells[:-1]])
+    xs = (jnp.arange(num_trees), old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
+    num_columns = 3 + keep_prec
     carry = (
         tuple(state.resid[start:stop] for start, stop in bounds),
         cell_indices,
         tuple(cell_indices[0, start:stop] for start, stop in bounds),
-        jnp.zeros(heap_size, jnp.float32),
-        jnp.full((2, 2), -1, jnp.int32),
+        jnp.zeros((heap_size, num_columns), jnp.float32),
     )
-    carry, (outs, flags) = lax.scan(body, carry, xs)
+    carry, outs = lax.scan(body, carry, xs)
+    resid, leaf_indices = finish(*carry, remapped_cells[-1], num_trees - 1)
     leaf_tree = outs[:, :, 0]
-    leaf_count = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
+    bits = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
+    flags = bits[:, _FLAGS_SLOT]
+    accepted, allowed = (flags & 1).astype(bool), (flags & 2).astype(bool)
+    leaf_count = bits.at[:, _FLAGS_SLOT].set(0)
     leaf_prec = outs[:, :, 2] if keep_prec else None
-    accepted, allowed = flags[:, 0], flags[:, 1]
-    resid, leaf_indices = finish(*carry, num_trees - 1)
     resid = jnp.concatenate(resid)
 
     tree_idx = jnp.arange(num_trees)[:, None]
@@ -621,6 +675,18 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     flags = jnp.stack([proposed, proposed & accepted[None, :]], axis=1).reshape(8, num_trees)
     info = StepInfo(*jnp.sum(flags, axis=-1, dtype=jnp.int32))
     return state._replace(forest=forest, resid=resid), info
+
+
+# the heap slot (never a node) where a tree's output row keeps its flags
+_FLAGS_SLOT = 0
+
+
+def _leaf_draw(stats, noise, inv_sigma2, inv_tau2):
+    """Conjugate draw of leaf values from their statistics ``(..., C)``
+    (residual sum, precision, ...) and standard normal `noise`."""
+    post_prec = stats[..., 1] * inv_sigma2 + inv_tau2
+    post_mean = stats[..., 0] * inv_sigma2 / post_prec
+    return post_mean + noise * lax.rsqrt(post_prec)
 
 
 def _accept_and_noise(key, num_trees, heap_size):
