@@ -419,7 +419,11 @@ def test_errors(data):
 
 # ---------------------------------------------------------------- memory
 
-MEM_N, MEM_P, MEM_TREES = 40_000, 10, 5
+# (every k below runs the same kernels: the local n stays below
+# kernels._BLOCK_MIN_POINTS, where the sweep carries the residuals beside
+# a column of ones, about 3-7 more bytes of temporaries per point than the
+# blocked path above it)
+MEM_N, MEM_P, MEM_TREES = 24_000, 10, 5
 
 
 def _mem_state(type_, num_data_devices):
