@@ -78,6 +78,10 @@ def _as_vector(name, y, n):
             msg = f'{name} must be numeric, got a Series of dtype {y.dtype}'
             raise TypeError(msg)
         y = y.to_numpy(dtype=np.float64, na_value=np.nan)
+    if isinstance(y, np.ma.MaskedArray) and np.ma.getmaskarray(y).any():
+        i = int(np.argwhere(np.ma.getmaskarray(y).reshape(-1))[0, 0])
+        msg = f'{name} must have no missing values; found a masked entry at position {i}'
+        raise ValueError(msg)
     arr = numbers_from_object(np.asarray(y))
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         msg = f'{name} must be numeric, got an array of dtype {arr.dtype}'

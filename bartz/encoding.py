@@ -409,9 +409,12 @@ def numbers_from_object(arr: np.ndarray) -> np.ndarray:
 
 def _numeric_array(x, name: str) -> np.ndarray:
     """A non-DataFrame ``x`` as an ``(n, p)`` float64 array (NaN for missing).
-    A SciPy sparse matrix is made dense (the sampler bins every entry)."""
+    A SciPy sparse matrix is made dense (the sampler bins every entry); the
+    masked entries of a NumPy masked array are missing (``np.asarray``
+    alone would read the values under the mask)."""
     if scipy.sparse.issparse(x):
         x = x.toarray()
+    mask = np.ma.getmaskarray(x) if isinstance(x, np.ma.MaskedArray) else None
     try:
         arr = np.asarray(x)
     except Exception as e:
@@ -428,6 +431,8 @@ def _numeric_array(x, name: str) -> np.ndarray:
         )
         raise TypeError(msg)
     arr = arr.astype(np.float64)
+    if mask is not None and mask.any():
+        arr[mask] = np.nan
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:

@@ -411,9 +411,10 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
     `x` is an ``(n, p)`` numpy array (also a memmap: only the rows of the
     current chunk are read and converted), a DataFrame with the training
     columns (matched by name; categorical levels by value), a Series, or
-    anything `numpy.asarray` takes. The whole input is checked (type,
-    columns) before the first chunk; values are checked chunk by chunk. A
-    SciPy sparse matrix is made dense one chunk at a time.
+    anything `numpy.asarray` takes (a masked array: masked entries are
+    missing). The whole input is checked (type, columns) before the first
+    chunk; values are checked chunk by chunk. A SciPy sparse matrix is made
+    dense one chunk at a time.
     """
     if x is None:
         msg = f'{name} must be an array or DataFrame, got None'
@@ -462,9 +463,14 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
             raise ValueError(encoding_mod.columns_message(name, binning.p, ncols, x.ndim == 1))
 
         release = _page_releaser(x)
+        # the masked entries of a NumPy masked array are missing values
+        masked = isinstance(x, np.ma.MaskedArray)
 
         def get(a, b):
-            chunk = np.asarray(x[a:b], dtype=np.float64)
+            if masked:
+                chunk = np.ma.filled(np.ma.asarray(x[a:b], dtype=np.float64), np.nan)
+            else:
+                chunk = np.asarray(x[a:b], dtype=np.float64)
             release(a, b)
             return chunk[:, None] if chunk.ndim == 1 else chunk
 

@@ -130,6 +130,30 @@ def test_object_arrays_of_numbers_are_numeric():
     assert_array_equal(fit.predict(objects[:3]), reference.predict(expected[:3]))
 
 
+def test_masked_arrays_mark_missing_values():
+    """A NumPy masked array: its masked entries are missing values in
+    x_train, x_test and x_new (np.asarray alone would read the values under
+    the mask); a masked y_train or w is refused, naming the position."""
+    x = np.random.default_rng(1).normal(size=(12, 2))
+    masked = np.ma.masked_array(x, mask=np.zeros_like(x, bool))
+    masked[2, 1] = np.ma.masked
+    expected = x.copy()
+    expected[2, 1] = np.nan
+    assert_array_equal(fit_encoding(masked).encode(masked, 'x'), expected)
+    y = x[:, 0] + 1
+    fit = gbart(masked, y, x_test=masked[:3], ndpost=4, nskip=2, printevery=None, seed=0)
+    reference = gbart(expected, y, x_test=expected[:3], ndpost=4, nskip=2, printevery=None, seed=0)
+    assert_array_equal(fit.yhat_train, reference.yhat_train)
+    assert_array_equal(fit.yhat_test, reference.yhat_test)
+    assert_array_equal(fit.predict(masked[:3]), reference.predict(expected[:3]))
+    assert not np.array_equal(fit.predict(masked[:3]), fit.predict(x[:3]))
+    y_masked = np.ma.masked_array(y, mask=np.arange(12) == 7)
+    with pytest.raises(ValueError, match='y_train must have no missing values; found a masked entry at position 7'):
+        gbart(x, y_masked, ndpost=4, nskip=2, printevery=None)
+    with pytest.raises(ValueError, match='w must have no missing values; found a masked entry at position 0'):
+        gbart(x, y, w=np.ma.masked_array(np.ones(12), mask=np.arange(12) == 0), ndpost=4, nskip=2, printevery=None)
+
+
 # ---------------------------------------------------------------- missing values
 
 
