@@ -251,16 +251,31 @@ class _ChunkOut(NamedTuple):
 
 
 def _compiler_options(n: int) -> tuple:
-    """XLA options for the chunk: on CPU below `_LOW_OPT_MAX_POINTS` points,
-    LLVM's optimisation level 1 instead of 3 compiles the sweep faster and
-    runs it faster too (per-kernel overheads dominate there; measured in
-    benchmarks/README.md); above, level 3 runs faster."""
-    if jax.default_backend() == 'cpu' and n < _LOW_OPT_MAX_POINTS:
-        return (('xla_backend_optimization_level', 1),)
-    return ()
+    """XLA options for the chunk, on CPU (measured in benchmarks/README.md):
+
+    - below `_LOW_OPT_MAX_POINTS` points, LLVM's optimisation level 1
+      instead of 3 compiles the sweep faster and runs it faster too
+      (per-kernel overheads dominate there); above, level 3 runs faster;
+    - below `_ONE_TASK_MAX_POINTS` points, no ``cpu-parallel-task-assigner``
+      pass: it splits about 20 kernels of every iteration in two tasks for
+      the runtime's threads, most of them over a value per tree (logs and
+      divisions of the proposal), where the hand-over between threads costs
+      more than the work (warm `gbart` at n = 1,000 0.8 times the time,
+      3,000 0.94); above, the split of the ``(trees, n)`` kernels pays
+      (5,000: 1.04, 10,000: 1.08 times the time without it).
+
+    Without the task split the draws are the same bit for bit; level 1
+    changes their float rounding only (`tests/test_mcmcstep.py`)."""
+    if jax.default_backend() != 'cpu' or n >= _LOW_OPT_MAX_POINTS:
+        return ()
+    options = (('xla_backend_optimization_level', 1),)
+    if n < _ONE_TASK_MAX_POINTS:
+        options += (('xla_disable_hlo_passes', 'cpu-parallel-task-assigner'),)
+    return options
 
 
 _LOW_OPT_MAX_POINTS = 2**15
+_ONE_TASK_MAX_POINTS = 2**12
 
 
 @functools.cache

@@ -29,7 +29,7 @@ from jax import lax, random
 from jax import numpy as jnp
 from scipy import stats
 
-from bartz import grove, kernels, mcmcstep
+from bartz import grove, kernels, mcmcloop, mcmcstep
 from bartz import moves as moves_module
 from bartz.grove import TreeHeaps
 
@@ -828,6 +828,29 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     check_state(blocked, DATA_MIN_POINTS, valid)
     assert int(np.sum(info.grow_accepted)) > 10
     assert_same_chain(plain, blocked)
+
+
+def test_chunk_compiler_options_do_not_change_the_chain():
+    """The XLA options `gbart`'s chunk gets on CPU at small n
+    (`mcmcloop._compiler_options`) change how the kernels run, not what
+    they compute: without parallel task assignment, the same chain bit for
+    bit; LLVM's level 1 against the default level 3, the same trees and the
+    same values up to float rounding."""
+    options = dict(mcmcloop._compiler_options(DATA_N))
+    level_1 = {'xla_backend_optimization_level': 1}
+    assert options == {**level_1, 'xla_disable_hlo_passes': 'cpu-parallel-task-assigner'}
+    assert dict(mcmcloop._compiler_options(mcmcloop._ONE_TASK_MAX_POINTS)) == level_1
+    args = (random.key(7), data_state(7))
+
+    def run(compiler_options):
+        compiled = jax.jit(run_data_chunk.__wrapped__).lower(*args).compile(compiler_options=compiler_options)
+        state, _ = compiled(*args)
+        return state
+
+    tuned = run(options)
+    for a, b in zip(jax.tree.leaves(run(level_1)), jax.tree.leaves(tuned), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert_same_chain(run(None), tuned)
 
 
 @pytest.mark.parametrize('weighted', [False, True])
