@@ -125,6 +125,9 @@ class _BARTEstimator:
                 # to gbart, which encodes it (dummies, missing values)
                 return self._checked_shape(X, names, reset=reset)
             X = X.to_numpy()
+        if isinstance(X, np.ma.MaskedArray):
+            # masked entries are missing values, as in gbart
+            X = np.ma.filled(np.ma.asarray(X, dtype=np.float64), np.nan)
         arr = np.asarray(X)
         if np.iscomplexobj(arr):
             msg = 'Complex data not supported'

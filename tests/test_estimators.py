@@ -142,7 +142,14 @@ def test_categorical_dataframe_and_missing_values():
     assert set(clf.predict(df.iloc[:7])) <= {'hi', 'lo'}
     X = df[['a']].to_numpy().copy()
     X[::10, 0] = np.nan
-    assert np.all(np.isfinite(BARTRegressor(**SMALL, random_state=0).fit(X, y).predict(X)))
+    with_nan = BARTRegressor(**SMALL, random_state=0).fit(X, y)
+    assert np.all(np.isfinite(with_nan.predict(X)))
+    # a masked array: its masked entries are the same missing values
+    masked = np.ma.masked_invalid(X)
+    assert masked.mask.any() and np.isnan(masked.data).any()
+    masked.data[masked.mask] = 7.0  # the values under the mask are not used
+    with_mask = BARTRegressor(**SMALL, random_state=0).fit(masked, y)
+    np.testing.assert_array_equal(with_mask.predict(masked), with_nan.predict(X))
     X[0, 0] = np.inf
     with pytest.raises(ValueError, match='infinity'):
         BARTRegressor(**SMALL).fit(X, y)
