@@ -407,6 +407,15 @@ def numbers_from_object(arr: np.ndarray) -> np.ndarray:
     return np.array([np.nan if _is_missing(v) else float(v) for v in flat], np.float64).reshape(arr.shape)
 
 
+def masked_as_nan(x):
+    """A NumPy masked array as float64 with NaN (missing) at its masked
+    entries (``np.asarray`` alone would read the values under the mask);
+    anything else as it is."""
+    if isinstance(x, np.ma.MaskedArray):
+        return np.ma.filled(np.ma.asarray(x, dtype=np.float64), np.nan)
+    return x
+
+
 def _numeric_array(x, name: str) -> np.ndarray:
     """A non-DataFrame ``x`` as an ``(n, p)`` float64 array (NaN for missing).
     A SciPy sparse matrix is made dense (the sampler bins every entry); the

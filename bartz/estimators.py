@@ -35,6 +35,7 @@ import pandas as pd
 from scipy import sparse as scipy_sparse
 
 from bartz.BART import gbart
+from bartz.encoding import masked_as_nan
 
 __all__ = ['BARTClassifier', 'BARTRegressor']
 
@@ -125,10 +126,7 @@ class _BARTEstimator:
                 # to gbart, which encodes it (dummies, missing values)
                 return self._checked_shape(X, names, reset=reset)
             X = X.to_numpy()
-        if isinstance(X, np.ma.MaskedArray):
-            # masked entries are missing values, as in gbart
-            X = np.ma.filled(np.ma.asarray(X, dtype=np.float64), np.nan)
-        arr = np.asarray(X)
+        arr = np.asarray(masked_as_nan(X))  # masked entries are missing values, as in gbart
         if np.iscomplexobj(arr):
             msg = 'Complex data not supported'
             raise ValueError(msg)

@@ -463,14 +463,9 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
             raise ValueError(encoding_mod.columns_message(name, binning.p, ncols, x.ndim == 1))
 
         release = _page_releaser(x)
-        # the masked entries of a NumPy masked array are missing values
-        masked = isinstance(x, np.ma.MaskedArray)
 
         def get(a, b):
-            if masked:
-                chunk = np.ma.filled(np.ma.asarray(x[a:b], dtype=np.float64), np.nan)
-            else:
-                chunk = np.asarray(x[a:b], dtype=np.float64)
+            chunk = np.asarray(encoding_mod.masked_as_nan(x[a:b]), dtype=np.float64)
             release(a, b)
             return chunk[:, None] if chunk.ndim == 1 else chunk
 
