@@ -81,7 +81,12 @@ def test_split_is_the_default_path(monkeypatch):
     assert fit.yhat_train.shape == (SETTINGS['ndpost'], N)
 
 
-@pytest.mark.parametrize('kind', ['wbart', 'pbart', 'lbart', 'weights', 'dart', 'warmstart'])
+# pbart, lbart and dart compile programs of their own (16-27 s each): with the slow tests
+_KINDS = ['wbart', 'pbart', 'lbart', 'weights', 'dart', 'warmstart']
+_SLOW_KINDS = {'pbart', 'lbart', 'dart'}
+
+
+@pytest.mark.parametrize('kind', [pytest.param(k, marks=pytest.mark.slow) if k in _SLOW_KINDS else k for k in _KINDS])
 def test_same_draws_as_vmapped(kind, monkeypatch):
     split = _fit(kind, monkeypatch)
     vmapped = _fit(kind, monkeypatch, workers=VMAPPED)

@@ -370,7 +370,7 @@ def _assert_same(fast, reference):
 
 # the costliest cases run with the slow tests (their features, exhausted
 # predictors, DART and many predictors, are in the default run's cases too)
-_SLOW_CASES = {'exhausted_deep', 'dart_wide', 'dart_wider'}
+_SLOW_CASES = {'exhausted_deep', 'dart_wide', 'dart_wider', 'deep'}
 
 
 @pytest.mark.parametrize('case', [pytest.param(c, marks=pytest.mark.slow) if c in _SLOW_CASES else c for c in CASES])

@@ -95,7 +95,8 @@ def long_runs():
     return runs
 
 
-@pytest.mark.parametrize('weighted', [False, True])  # the four runs: about 12 s on 2 cores
+@pytest.mark.slow  # the four runs: 40 s with their compilation
+@pytest.mark.parametrize('weighted', [False, True])
 def test_caches_exact_after_20000_sweeps(long_runs, weighted):
     """After 20,037 sweeps (37 after the last refresh), the carried residuals
     are within float32 rounding of the exact float64 ones.
