@@ -44,8 +44,11 @@ def pytest_handlecrashitem(crashitem, report, sched):
     file again in a new worker), and ``--dist loadfile`` has no way to
     rerun a crashed test. A crash that our code causes deterministically
     crashes the rerun too and still fails; every rerun is listed in the
-    summary (the rerun test may be counted twice among the passed).
+    summary (the rerun test may be counted twice among the passed: the
+    worker that replaces the dead one runs the rest of its file again,
+    crashed test included).
     """
+    _drop_completed_work(sched)
     root = Path(sched.config.rootpath)
     env = {k: v for k, v in os.environ.items() if not k.startswith('PYTEST_XDIST')}
     cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-n', '0', crashitem]
@@ -56,6 +59,18 @@ def pytest_handlecrashitem(crashitem, report, sched):
         report.outcome = 'passed'
         report.when = 'call'
         report.longrepr = None
+
+
+def _drop_completed_work(sched):
+    """Work around a hang of pytest-xdist (3.8) after a crash with ``--dist
+    loadfile``: the scheduler puts every file the dead worker had been given
+    back in its queue, the finished ones too; the new worker is handed a
+    finished file first, gets no test to run, so never asks for more, and
+    the session waits forever with the crashed file still queued."""
+    queue = getattr(sched, 'workqueue', None)
+    if isinstance(queue, dict):
+        for scope in [scope for scope, unit in queue.items() if all(unit.values())]:
+            del queue[scope]
 
 
 _CRASH_RERUNS = []
