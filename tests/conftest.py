@@ -40,13 +40,12 @@ def pytest_handlecrashitem(crashitem, report, sched):
     different test each time (a segfault in ``backend_compile_and_load``
     while compiling `mcmcstep.step`, and once an abort in
     ``executable.serialize()``): twice in the full runs of the last few
-    days. xdist then reports the test as failed (and runs the rest of the
-    file again in a new worker), and ``--dist loadfile`` has no way to
-    rerun a crashed test. A crash that our code causes deterministically
+    days. xdist then reports the test as failed, even though the worker
+    that replaces the dead one runs the rest of its file again, crashed
+    test included (``--dist loadfile`` cannot reschedule a single test, so
+    pytest-rerunfailures would not help). A crash that our code causes deterministically
     crashes the rerun too and still fails; every rerun is listed in the
-    summary (the rerun test may be counted twice among the passed: the
-    worker that replaces the dead one runs the rest of its file again,
-    crashed test included).
+    summary (the rerun test may be counted twice among the passed).
     """
     _drop_completed_work(sched)
     root = Path(sched.config.rootpath)
