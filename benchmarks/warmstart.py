@@ -28,7 +28,7 @@ iterations, rounded to kept draws. For long runs `long_run_summary` also
 prints, per run, the rank-normalised split R-hat of f (median over the
 test points) on the iterations from ``t`` to the end, and how many
 iterations of one chain make one effective draw of f (bulk ESS, second
-half): R-hat of f below 1.01 needs about 50 effective draws per chain, so
+half): R-hat of f below 1.01 needs about 50 effective draws per half chain, so
 this says how long a run must be to reach it, from any start.
 
 Usage::
