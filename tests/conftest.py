@@ -36,11 +36,10 @@ def pytest_handlecrashitem(crashitem, report, sched):
     once more, alone, in a new process, and count it as passed only if that
     run passes.
 
-    Why: XLA's CPU compiler has crashed a worker rarely and at random, in a
-    different test each time (a segfault in ``backend_compile_and_load``
-    while compiling `mcmcstep.step`, and once an abort in
-    ``executable.serialize()``): twice in the full runs of the last few
-    days. xdist then reports the test as failed, even though the worker
+    Why: a worker that ran out of memory mappings crashed inside XLA's
+    compiler (see `_free_compiled_programs`, which removes that cause); a
+    crash of this kind depends on what the worker compiled before, not on
+    the test. xdist then reports the test as failed, even though the worker
     that replaces the dead one runs the rest of its file again, crashed
     test included (``--dist loadfile`` cannot reschedule a single test, so
     pytest-rerunfailures would not help). A crash that our code causes deterministically
