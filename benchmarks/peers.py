@@ -6,6 +6,7 @@ Run from the repository root:
     .venv/bin/python benchmarks/peers.py --peer-python /path/to/venv/bin/python
     .venv/bin/python benchmarks/peers.py --quick --peer-python /path/to/venv/bin/python
     .venv/bin/python benchmarks/peers.py --markdown --out-json out/peers.json
+    .venv/bin/python benchmarks/peers.py --rounds 3 --peer-python /path/to/venv/bin/python
 
 Every measurement runs in a fresh subprocess: this repo's bartz with the
 interpreter running this script, each peer with the interpreter given by
@@ -47,6 +48,14 @@ new n
     In one process: fits at n 1,000 (the first compiles, the best of
     ``--repeats`` more is the warm time), then the first fit at n 1,013, as a
     cross-validation fold would; the note gives its ratio to the warm time.
+
+The implementations take turns workload by workload, so that the two
+times of a ratio are taken minutes apart; ``--rounds R`` runs every
+workload R times that way (cold and second process each time with a fresh
+cache) and reports the best time of each, with the ratio of every round in
+the note: on a machine whose speed drifts by tens of percent within an
+hour (a shared VM), the spread of those ratios says how far one run can be
+trusted.
 
 A time is the wall time of the call plus ``jax.block_until_ready`` on the
 arrays of the result (work still queued is work users wait for). "bartz
@@ -230,38 +239,68 @@ def plan(args):
     return work
 
 
-def measure(label, python, lib, args):
-    """Run every workload for one implementation; return {workload: result}."""
+def run_workload(label, python, lib, name, fits, env):
+    """One workload in a fresh process: its result, with ``seconds``."""
+    print(f'{label}: {name} ...', file=sys.stderr, flush=True)
+    out = run_worker(python, {'lib': lib, 'fits': fits}, env, ours=lib == OURS)
+    if 'bartz_file' in out and in_repo(out['bartz_file']) != (lib == OURS):
+        out = {'error': f'wrong bartz imported: {out["bartz_file"]}'}
+    if 'error' in out:
+        print(f'  failed: {out["error"]}', file=sys.stderr, flush=True)
+    elif name == 'new n':
+        out['warm_s'] = min(out['fit_s'][1:-1])
+        out['seconds'] = out['fit_s'][-1]
+    elif name.startswith('warm'):
+        out['seconds'] = min(out['fit_s'][1:])
+    else:
+        out['seconds'] = out['fit_s'][0]
+    return out
+
+
+def combine(outs, settings):
+    """The result of a workload over rounds: the best time of each kind
+    (``seconds``, ``warm_s``, ``import_s``), and the rounds' times in
+    ``rounds``; the first failure if any round failed."""
+    failed = [out for out in outs if 'error' in out]
+    if failed:
+        return {**failed[0], 'settings': settings}
+    result = dict(outs[0])
+    result['rounds'] = {}
+    for key in ('seconds', 'warm_s', 'import_s'):
+        if key in result:
+            result['rounds'][key] = [out[key] for out in outs]
+            result[key] = min(result['rounds'][key])
+    result['settings'] = settings
+    return result
+
+
+def measure_all(implementations, args):
+    """Run every workload for every implementation ``(label, python, lib)``;
+    return {label: {workload: result}}.
+
+    The implementations take turns workload by workload (and round by
+    round, ``--rounds``), so that a ratio compares runs minutes apart, not
+    the two ends of an hour on a machine whose speed drifts."""
     work = plan(args)
     platform_env = {'JAX_PLATFORMS': args.platform} if args.platform else {}
     caches = []
 
-    def fresh_cache():
+    def fresh_cache(lib):
         caches.append(tempfile.mkdtemp(prefix='bartz-cache-'))
         return {'BARTZ_CACHE_DIR': caches[-1]} if lib == OURS else {}
 
-    cold_cache = fresh_cache()
-    results = {}
-    for name, (settings, fits) in work.items():
-        print(f'{label}: {name} ...', file=sys.stderr, flush=True)
-        cache = cold_cache if name in ('cold', 'second process') else fresh_cache()
-        out = run_worker(python, {'lib': lib, 'fits': fits}, {**platform_env, **cache}, ours=lib == OURS)
-        if 'bartz_file' in out and in_repo(out['bartz_file']) != (lib == OURS):
-            out = {'error': f'wrong bartz imported: {out["bartz_file"]}'}
-        if 'error' in out:
-            print(f'  failed: {out["error"]}', file=sys.stderr, flush=True)
-        elif name == 'new n':
-            out['warm_s'] = min(out['fit_s'][1:-1])
-            out['seconds'] = out['fit_s'][-1]
-        elif name.startswith('warm'):
-            out['seconds'] = min(out['fit_s'][1:])
-        else:
-            out['seconds'] = out['fit_s'][0]
-        out['settings'] = settings
-        results[name] = out
+    outs = {label: {name: [] for name in work} for label, _, _ in implementations}
+    for r in range(args.rounds):
+        cold_cache = {label: fresh_cache(lib) for label, _, lib in implementations}
+        for name, (_, fits) in work.items():
+            for label, python, lib in implementations:
+                tag = label if args.rounds == 1 else f'{label} (round {r + 1} of {args.rounds})'
+                cache = cold_cache[label] if name in ('cold', 'second process') else fresh_cache(lib)
+                out = run_workload(tag, python, lib, name, fits, {**platform_env, **cache})
+                outs[label][name].append(out)
     for cache in caches:
         shutil.rmtree(cache, ignore_errors=True)
-    return results
+    return {label: {name: combine(outs[label][name], work[name][0]) for name in work} for label in outs}
 
 
 def find_peers(pythons, kinds):
@@ -309,6 +348,14 @@ def fmt_ratio(ours, peer, key='seconds'):
     return f'{ours[key] / peer[key]:.2f}'
 
 
+def round_ratios(ours, peer, key):
+    """The ratio in each round, as text ('' if a run failed)."""
+    if 'error' in ours or 'error' in peer:
+        return ''
+    pairs = zip(ours['rounds'][key], peer['rounds'][key])
+    return 'rounds ' + ' / '.join(f'{a / b:.2f}' for a, b in pairs)
+
+
 def table(results, args):
     """Header row and rows of strings: one row per workload."""
     labels = list(results)[1:]
@@ -327,6 +374,9 @@ def table(results, args):
             cells = [name, f'{n:,} / {nskip} / {ndpost}', fmt_seconds(mine, key), per_iter]
         cells += [fmt_seconds(results[lbl][res_key], key) for lbl in labels]
         cells += [fmt_ratio(mine, results[lbl][res_key], key) for lbl in labels]
+        if args.rounds > 1:
+            per_round = [round_ratios(mine, results[lbl][res_key], key) for lbl in labels]
+            note = '; '.join(filter(None, [note, *(f'{lbl}: {r}' if len(labels) > 1 else r for lbl, r in zip(labels, per_round) if r)]))
         return [*cells, note]
 
     work = plan(args)
@@ -382,6 +432,9 @@ def main():
     parser.add_argument('--peers', default=','.join(PEER_KINDS), help='peers to run when found (default: %(default)s)')
     parser.add_argument('--sizes', help='n of the warm rows (default 1000,10000,100000)')
     parser.add_argument('--repeats', type=int, help='timed warm fits per process (default 3, 2 with --quick)')
+    parser.add_argument(
+        '--rounds', type=int, default=1, help='times every workload runs, the implementations taking turns (default 1)'
+    )
     parser.add_argument('--quick', action='store_true', help='tiny settings, a smoke test')
     parser.add_argument('--platform', default='cpu', help="JAX_PLATFORMS of the workers ('' lets JAX choose)")
     parser.add_argument('--markdown', action='store_true', help='print the table as markdown')
@@ -402,9 +455,8 @@ def main():
     probes = {OURS_LABEL: run_worker(sys.executable, {'probe': True}, ours=True)}
     peers, peer_probes = find_peers(pythons, kinds)
     probes.update({label: info for label, _, _, info in peers})
-    results = {OURS_LABEL: measure(OURS_LABEL, sys.executable, OURS, args)}
-    for label, python, lib, _ in peers:
-        results[label] = measure(label, python, lib, args)
+    implementations = [(OURS_LABEL, sys.executable, OURS)] + [(label, python, lib) for label, python, lib, _ in peers]
+    results = measure_all(implementations, args)
 
     try:
         usable = len(os.sched_getaffinity(0))
@@ -428,6 +480,8 @@ def main():
     print(render(header, rows, args.markdown))
     print()
     print(f'warm: best of {args.repeats} fits after a first fit in the same process')
+    if args.rounds > 1:
+        print(f'times: the best of {args.rounds} rounds (implementations taking turns); note: the ratio in each round')
     print('ratios: bartz / peer (< 1: bartz faster)')
     if args.out_json:
         os.makedirs(os.path.dirname(os.path.abspath(args.out_json)), exist_ok=True)
