@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from bartz import _checks
 
@@ -60,9 +60,9 @@ OUTCOME_TYPES = {
         ntree=50,
         keepevery=10,
         default_tau_num=lambda y: 3.0,
-        default_offset=lambda y: float(stats.norm.ppf(y.mean())),
+        default_offset=lambda y: float(special.ndtri(y.mean())),  # scipy.stats.norm.ppf
         link='probit',
-        prob=stats.norm.cdf,
+        prob=special.ndtr,  # scipy.stats.norm.cdf
     ),
     # R's lbart draws the logistic model with Holmes & Held's scale mixture of
     # normals; bartz with Polya-Gamma augmentation (bartz.polyagamma): another
@@ -190,7 +190,7 @@ def r_priors(
         if sigest is None:
             sigest = _ols_sigest(x_ols, y) if x_ols.shape[1] else float(np.std(y, ddof=1))
         if lambda_ is None:
-            qchi = stats.chi2.ppf(1 - sigquant, sigdf)
+            qchi = 2 * special.gammaincinv(sigdf / 2, 1 - sigquant)  # scipy.stats.chi2.ppf(1 - sigquant, sigdf)
             lambda_ = sigest**2 * qchi / sigdf
         sigma2_alpha = sigdf / 2
         sigma2_beta = sigdf * lambda_ / 2 / scale**2

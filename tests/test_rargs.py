@@ -18,14 +18,16 @@ See docs/r_parity.md for the table of arguments.
 """
 
 import math
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
-from scipy import stats
+from scipy import special, stats
 
-from bartz import gbart, mcmcloop, mcmcstep
+from bartz import gbart, mcmcloop, mcmcstep, priors
 
 N, P = 100, 3
 NTREE, NDPOST, NSKIP = 20, 50, 20
@@ -544,3 +546,26 @@ def test_rm_const_message_names_columns(captured, capsys):
     out = capsys.readouterr().out
     assert out.startswith('bartz: rm_const dropped 1 predictor')
     assert out.rstrip().endswith(': [1]'), out
+
+
+def test_prior_quantiles_are_scipy_stats_bit_for_bit():
+    """`bartz.priors` computes R's quantiles with `scipy.special` (so that
+    ``import bartz`` need not import `scipy.stats`, about half a second):
+    the same floats as the `scipy.stats` calls they replace, so no fit
+    changes."""
+    q = np.linspace(0.001, 0.999, 999)
+    for df in (1, 2, 2.5, 3, 10, 30, 100):
+        assert_array_equal(2 * special.gammaincinv(df / 2, 1 - q), stats.chi2.ppf(1 - q, df))
+    assert_array_equal(special.ndtri(q), stats.norm.ppf(q))
+    z = np.linspace(-40, 40, 8001)
+    assert_array_equal(priors.OUTCOME_TYPES['pbart'].prob(z), stats.norm.cdf(z))
+    y = np.array([True, False, True, True])
+    assert priors.OUTCOME_TYPES['pbart'].default_offset(y) == stats.norm.ppf(0.75)
+
+
+def test_import_bartz_does_not_import_scipy_stats():
+    """A new process pays for what ``import bartz`` imports (a subprocess,
+    to start clean)."""
+    code = 'import sys, bartz; print("scipy.stats" in sys.modules)'
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ['False']
