@@ -563,9 +563,21 @@ def test_prior_quantiles_are_scipy_stats_bit_for_bit():
     assert priors.OUTCOME_TYPES['pbart'].default_offset(y) == stats.norm.ppf(0.75)
 
 
-def test_import_bartz_does_not_import_scipy_stats():
+def test_import_bartz_does_not_import_scipy_stats_or_fft():
     """A new process pays for what ``import bartz`` imports (a subprocess,
-    to start clean)."""
-    code = 'import sys, bartz; print("scipy.stats" in sys.modules)'
+    to start clean): not `scipy.stats` nor `scipy.fft` (about 0.5 and 0.15
+    s; the ESS's autocovariance uses NumPy's FFT)."""
+    code = 'import sys, bartz; print("scipy.stats" in sys.modules, "scipy.fft" in sys.modules)'
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ['False']
+    assert out.stdout.split() == ['False', 'False']
+
+
+def test_next_fast_len_is_scipys():
+    """`diagnostics._next_fast_len` is `scipy.fft.next_fast_len` for real
+    transforms (5-smooth lengths)."""
+    from scipy import fft  # noqa: PLC0415
+
+    from bartz import diagnostics  # noqa: PLC0415
+
+    sizes = [*range(1, 3000), 2**20 + 1, 3**12 + 7, 5**9 - 1, 10**7 + 19]
+    assert [diagnostics._next_fast_len(n) for n in sizes] == [fft.next_fast_len(n, real=True) for n in sizes]
