@@ -445,6 +445,8 @@ def main():
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
+    if args.rounds < 1:
+        parser.error(f'--rounds must be at least 1, got {args.rounds}')
     default_sizes = '200' if args.quick else '1000,10000,100000'
     args.sizes = [int(s) for s in (args.sizes or default_sizes).split(',')]
     if args.repeats is None:
