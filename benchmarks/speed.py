@@ -539,9 +539,9 @@ def main(argv=None):
         import peers  # noqa: PLC0415
 
         latency_args = argparse.Namespace(
-            quick=cfg.quick, sizes=[200] if cfg.quick else cfg.sizes, repeats=cfg.repeats, platform=None
+            quick=cfg.quick, sizes=[200] if cfg.quick else cfg.sizes, repeats=cfg.repeats, platform=None, rounds=1
         )
-        latency = {peers.OURS_LABEL: peers.measure(peers.OURS_LABEL, sys.executable, peers.OURS, latency_args)}
+        latency = peers.measure_all([(peers.OURS_LABEL, sys.executable, peers.OURS)], latency_args)
         results['gbart_latency'] = latency[peers.OURS_LABEL]
         emit(
             'gbart end to end in fresh processes: cold (empty compilation cache), second process, warm, new n',

@@ -1,0 +1,53 @@
+"""The benchmark scripts run: a script that crashes measures nothing.
+
+They run in subprocesses, as users run them (`benchmarks/speed.py --quick`
+is the smoke test its docstring advertises)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_speed_gbart_section_in_fresh_processes(tmp_path):
+    """`speed.py --sections gbart` times gbart in-process and, through
+    `peers.py`'s harness, in fresh processes: every workload has a time."""
+    out = tmp_path / 'speed.json'
+    env = {k: v for k, v in os.environ.items() if k not in ('XLA_FLAGS', 'JAX_COMPILATION_CACHE_DIR')}
+    proc = subprocess.run(
+        [sys.executable, 'benchmarks/speed.py', '--quick', '--sections', 'gbart', '--out-json', str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'gbart end to end in fresh processes' in proc.stdout
+    results = json.loads(out.read_text())
+    assert [row['call'] for row in results['gbart']] == [1, 2]
+    latency = results['gbart_latency']
+    assert set(latency) == {'cold', 'second process', 'warm n=200', 'new n'}
+    for name, result in latency.items():
+        assert 'error' not in result, (name, result)
+        assert result['seconds'] > 0, name
+    assert latency['new n']['warm_s'] > 0
+
+
+def test_peers_rejects_rounds_below_one():
+    proc = subprocess.run(
+        [sys.executable, 'benchmarks/peers.py', '--rounds', '0'],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert '--rounds must be at least 1, got 0' in proc.stderr
