@@ -134,6 +134,7 @@ def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: st
         dart=None if state.dart is None else mcmcstep.Dart(*(P(C) for _ in mcmcstep.Dart._fields)),
         logit_offset=opt(state.logit_offset, P()),
         move_probs=opt(state.move_probs, P()),
+        move_kinds=state.move_kinds,  # static: no arrays to place
     )
 
 

@@ -61,6 +61,8 @@ Chipman, George & McCulloch (1998), "Bayesian CART model search", JASA
 trees", Ann. Appl. Stat. 4(1).
 """
 
+import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -82,7 +84,7 @@ from bartz._random import (  # noqa: F401 (fold_in is public here; the others ar
     fold_in,
 )
 from bartz.kernels import _BLOCK_MIN_POINTS, _data_blocks, _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401
-from bartz.moves import move_probs_array
+from bartz.moves import ALL_KINDS, CHANGE, SWAP, move_probs_array
 from bartz.moves import Moves
 from bartz.moves import propose_tree as _propose_tree
 
@@ -90,6 +92,7 @@ __all__ = [
     'Dart',
     'Forest',
     'Moves',
+    'MoveKinds',
     'State',
     'propose_moves',
     'StepInfo',
@@ -141,6 +144,30 @@ class State(NamedTuple):
     dart: 'Dart | None'  # DART variable selection; None if off
     logit_offset: jax.Array | None = None  # () float32: logistic (lbart) offset; None unless logistic
     move_probs: jax.Array | None = None  # (4,) float32: grow, prune, change, swap; None: the defaults
+    move_kinds: 'MoveKinds | None' = None  # static: the kinds compiled (those with positive probability at init); None: all
+
+
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class MoveKinds:
+    """The kinds of tree move (GROW, PRUNE, CHANGE, SWAP) that the compiled
+    step can propose: static (part of the state's tree structure, not an
+    array), so that a sampler without CHANGE and SWAP (R's birth/death
+    sampler) compiles neither their proposal (about half of it) nor the
+    sweep's bookkeeping of four cells per move (two suffice). A kind left
+    out is never proposed, whatever ``State.move_probs`` says; the draws
+    are those of the step compiled for all four kinds with the same
+    probabilities."""
+
+    enabled: tuple  # 4 bools: GROW, PRUNE, CHANGE, SWAP
+
+    @property
+    def grow_prune_only(self) -> bool:
+        return not (self.enabled[CHANGE] or self.enabled[SWAP])
+
+
+def _move_kinds(move_probs) -> MoveKinds:
+    return MoveKinds(tuple(bool(p > 0) for p in np.asarray(move_probs)))
 
 
 class Dart(NamedTuple):
@@ -256,7 +283,9 @@ def init(
         default probabilities, renormalised: ``('grow', 'prune')`` is the
         classical sampler), or a dict ``{name: probability}``. Validated
         here (`bartz.moves.move_probs_array`); stored as an array, so
-        changing it does not recompile.
+        changing a probability does not recompile, and with the set of
+        kinds of positive probability (`MoveKinds`, static): only those are
+        compiled.
     valid
         Optional ``(n,)`` bool mask of real points. Other points (padding, so
         that ``n`` divides among devices) get leaf index 0, an unused heap
@@ -337,6 +366,7 @@ def init(
         logit_offset=np.float32(logit_offset) if logistic else None,
         move_probs=move_probs_array(move_probs),
     )
+    state = state._replace(move_kinds=_move_kinds(state.move_probs))
     # distinct device buffers for every field, so that the state can be donated
     return jax.tree.map(lambda x: x if x is X else jax.device_put(x), state)
 
@@ -369,7 +399,8 @@ def propose_moves(key, state: State) -> Moves:
     num_trees = forest.split_tree.shape[0]
     u = _uniform(key, (num_trees, 4))
     move_probs = _move_probs(state)
-    return jax.vmap(_propose_tree, in_axes=(0, 0, 0, None, None, None, None))(
+    kinds = ALL_KINDS if state.move_kinds is None else state.move_kinds.enabled
+    return jax.vmap(functools.partial(_propose_tree, kinds=kinds), in_axes=(0, 0, 0, None, None, None, None))(
         u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
     )
 
@@ -425,13 +456,18 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     cell_indices = kernels.cell_partitions(
         state.X, forest.leaf_indices, moves.var, moves.split, moves.remap_leaf, moves.remap_cell
     )
+    if state.move_kinds is not None and state.move_kinds.grow_prune_only:
+        # GROW and PRUNE touch two cells (the node's children): the last
+        # two of the four are always unused, so they are not carried
+        moves = moves._replace(**{name: getattr(moves, name)[:, :2] for name in ('cells', 'cell_old', 'cell_new', 'cell_fresh')})
+    num_cells = moves.cells.shape[1]
 
     # for all trees at once, outside the loop over trees: this tree's
     # current value on each slot (its leaf's; for a cell, its current
     # leaf's), and the (at most two) cells whose points are counted: GROW's left cell,
     # CHANGE's two cells that change side, SWAP's cell that leaves the
     # sibling (cells in `bartz.moves` order)
-    used = moves.cells >= 0  # (m, 4)
+    used = moves.cells >= 0  # (m, num_cells)
     at_cell = jnp.clip(moves.cells, 0, heap_size - 1)
     cell_old = jnp.clip(moves.cell_old, 0, heap_size - 1)
     old_at = jnp.where(moves.identity, forest.leaf_tree, 0.0)
@@ -439,11 +475,13 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         jnp.where(used, jnp.take_along_axis(forest.leaf_tree, cell_old, axis=1), 0.0)
     )
     counted_of_kind = np.array([[0, -1], [-1, -1], [2, 3], [3, -1]])  # GROW, PRUNE, CHANGE, SWAP
+    counted_of_kind = np.where(counted_of_kind < num_cells, counted_of_kind, -1)  # (kinds not compiled)
     # the (at most two) cells whose points can end in another leaf than
     # their slot: GROW's and PRUNE's two children (to the node if the tree
     # ends pruned), CHANGE's two side-changing cells, SWAP's cells leaving
     # the moved leaf and the sibling
-    remapped_of_kind = jnp.asarray(np.array([[0, 1], [0, 1], [2, 3], [1, 3]]))[moves.kind]  # (m, 2)
+    remapped_of_kind = np.minimum(np.array([[0, 1], [0, 1], [2, 3], [1, 3]]), num_cells - 1)
+    remapped_of_kind = jnp.asarray(remapped_of_kind)[moves.kind]  # (m, 2)
     which = jnp.asarray(counted_of_kind)[moves.kind]  # (m, 2) positions in `cells`, -1: none
     counted = jnp.where((which >= 0) & moves.allowed[:, None], jnp.take_along_axis(moves.cells, jnp.maximum(which, 0), axis=1), -1)
     slot = jnp.arange(heap_size, dtype=jnp.int32)
@@ -566,8 +604,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # summed in halves of at most 32.)
         half = min(heap_size, 32)
         per_slot = jnp.stack(columns, axis=1)  # (H, C)
-        masked = jnp.where(at_cell.T[:, None, :], per_slot.T[None], 0.0)  # (4, C, H)
-        parts = jnp.sum(masked.reshape(4, len(columns), heap_size // half, half), axis=3)
+        masked = jnp.where(at_cell.T[:, None, :], per_slot.T[None], 0.0)  # (num_cells, C, H)
+        parts = jnp.sum(masked.reshape(num_cells, len(columns), heap_size // half, half), axis=3)
         cell_stats = parts[:, :, 0]
         for i in range(1, parts.shape[2]):
             cell_stats = cell_stats + parts[:, :, i]  # (4, C)
@@ -575,7 +613,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         def over_cells(mask, values):
             """``sum_d where(mask[..., d], values[d], 0)``, written out."""
             total = 0.0
-            for d in range(4):
+            for d in range(num_cells):
                 total = total + jnp.where(mask[..., d, None], values[d], 0.0)
             return total
 
@@ -605,7 +643,9 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         of_cell = over_cells(cell_final[:, None] == cell_final[None, :], cell_stats)  # (4, C)
         noise_of_cell = jnp.where(accept, noise_at[1], noise_at[0])
         identity = move.identity[:, None]
-        is_cell = (at_cell[:, 0] | at_cell[:, 1]) | (at_cell[:, 2] | at_cell[:, 3])
+        is_cell = at_cell[:, 0] | at_cell[:, 1]
+        if num_cells == 4:
+            is_cell = is_cell | (at_cell[:, 2] | at_cell[:, 3])
         stats = jnp.stack([
             jnp.where(identity, per_slot, 0.0) + over_cells(to, cell_stats),
             jnp.where(identity, per_slot, 0.0) + over_cells(at_cell, of_cell),
@@ -641,7 +681,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     )  # (m, 3, 2)
     leaves = jnp.stack([moves.cell_old, moves.cell_new], axis=1)  # (m, 2, 4)
     same = (leaves[:, :, :, None] == leaves[:, :, None, :]) & used[:, None, None, :]  # (m, 2, 4, 4)
-    first = used[:, None, :] & ~jnp.any(same & _EARLIER, axis=3)  # (m, 2, 4)
+    first = used[:, None, :] & ~jnp.any(same & _EARLIER[:num_cells, :num_cells], axis=3)  # (m, 2, 4)
     noise_at = jnp.take_along_axis(noise[:, None, :], jnp.clip(leaves, 0, heap_size - 1), axis=2)  # (m, 2, 4)
     # each tree gets the remapped cells of the tree before it (whose change it applies)
     prev_cells = jnp.concatenate([jnp.full((1, 3, 2), -1, jnp.int32), remapped_cells[:-1]])

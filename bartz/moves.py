@@ -41,6 +41,13 @@ sampler (grow and prune 1/2 each, 1 when only one is possible). The
 probabilities in the proposed tree enter the ratio (the reverse move is
 drawn there).
 
+Only the kinds with positive probability are compiled (``kinds`` of
+`propose_tree`, `bartz.mcmcstep.MoveKinds`): with ``('grow', 'prune')``
+(R's BART, whose sampler has birth and death steps only) the code of CHANGE
+and SWAP is left out, and the sweep carries two cells per move instead of
+four; the draws are those of the four-kind program with the same
+probabilities.
+
 The log ratio of each kind is a sum of named terms (`_TERM_PERTURBATION`
 and `_TERM_SCALE` let the tests perturb any one of them and check that the
 prior test notices).
@@ -65,6 +72,7 @@ from bartz import grove
 GROW, PRUNE, CHANGE, SWAP = 0, 1, 2, 3
 MOVE_NAMES = ('grow', 'prune', 'change', 'swap')
 DEFAULT_MOVE_PROBS = {'grow': 0.25, 'prune': 0.25, 'change': 0.4, 'swap': 0.1}
+ALL_KINDS = (True, True, True, True)
 
 # hooks for the power tests, read at trace time: {(move name, term name):
 # log factor added to that term} and {(move name, term name): factor the
@@ -453,9 +461,15 @@ def _exhausted_bits(heap_size: int) -> int:
     return max(heap_size.bit_length() - 2, 1).bit_length()
 
 
-def _log_probs(counts, move_probs):
-    """Log probability of each kind of move given the eligible counts."""
-    weight = jnp.where(counts > 0, move_probs, 0.0)
+def _eligible(counts, kinds):
+    """The kinds with an eligible node, among the static `kinds`."""
+    return counts > 0 if all(kinds) else (counts > 0) & np.array(kinds)
+
+
+def _log_probs(counts, move_probs, kinds):
+    """Log probability of each kind of move given the eligible counts (and
+    the static `kinds` that can be proposed at all)."""
+    weight = jnp.where(_eligible(counts, kinds), move_probs, 0.0)
     total = ((weight[0] + weight[1]) + weight[2]) + weight[3]
     return jnp.log(weight) - jnp.log(jnp.where(total > 0, total, 1.0))
 
@@ -511,7 +525,7 @@ def _unpack(words, size):
     return ((jnp.repeat(words, 32)[:size] >> (slot % 32).astype(np.uint32)) & 1).astype(bool)
 
 
-def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs) -> _Summary:
+def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds) -> _Summary:
     """The eligible nodes of the current tree, as bit masks over the heap.
 
     From the packed mask of internal nodes (a node exists if its parent,
@@ -560,7 +574,7 @@ def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs) -> _Sum
     count = _popcount(words)
     num_nog = count[_NOG]
     counts = jnp.stack([count[_GROWABLE], num_nog, num_nog if heap_size > 4 else jnp.int32(0), count[_SWAPPABLE]])
-    return _Summary(_unpack(words[_LEAF], heap_size), words, counts, _log_probs(counts, move_probs))
+    return _Summary(_unpack(words[_LEAF], heap_size), words, counts, _log_probs(counts, move_probs, kinds))
 
 
 def _choose(words, count, u):
@@ -607,10 +621,13 @@ def _take_small(table, index):
     return out
 
 
-def _pick(kind, values):
-    """``values[kind]`` for a list of 4 arrays of the same shape, as selects."""
-    out = values[3]
-    for i in (2, 1, 0):
+def _pick(kind, values, kinds):
+    """``values[kind]`` for a list of 4 arrays of the same shape, as selects,
+    among the `kinds` that can be proposed (the values of the others are
+    not used, so XLA drops the code that computes them)."""
+    enabled = [i for i in range(len(values)) if kinds[i]]
+    out = values[enabled[-1]]
+    for i in reversed(enabled[:-1]):
         out = jnp.where(kind == i, values[i], out)
     return out
 
@@ -623,7 +640,7 @@ def _sum_terms(move, terms):
     return total
 
 
-def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs) -> Moves:
+def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, kinds=ALL_KINDS) -> Moves:
     """Propose a move for one tree (the data enter in the sweep).
 
     Parameters
@@ -635,6 +652,13 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     max_split, log_s, p_nonterminal, move_probs
         As in `bartz.mcmcstep.State` (the last entry of `p_nonterminal`, the
         bottom level, is 0).
+    kinds
+        Static: four bools, the kinds (GROW, PRUNE, CHANGE, SWAP) that can
+        be proposed at all (GROW and PRUNE must be among them). A kind left
+        out is never proposed, whatever `move_probs` says, and none of its
+        outputs is selected, so XLA drops its code from the compiled
+        program: with GROW and PRUNE alone the proposal compiles to about
+        half the code.
 
     Notes
     -----
@@ -649,7 +673,8 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     p = max_split.shape[0]
     slot = jnp.arange(heap_size, dtype=jnp.int32)
     u_move, u_split, u_node, u_var = u
-    now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs)
+    pick = functools.partial(_pick, kinds=kinds)
+    now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds)
     g_now, nog_now, change_now, swap_now = (now.counts[i] for i in range(4))
     possible = (g_now > 0) | (nog_now > 0) | (change_now > 0) | (swap_now > 0)
     weight = jnp.exp(now.log_probs)
@@ -657,7 +682,7 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     s2 = s1 + weight[2]
     cum = jnp.stack([weight[0], s1, s2, s2 + weight[3]])  # jnp.cumsum's order
     kind = _first_above(cum, u_move * cum[3])
-    is_swap = kind == SWAP
+    is_swap = kind == SWAP if kinds[SWAP] else jnp.bool_(False)
 
     # the node n: a growable leaf, a node whose children are leaves, or for
     # SWAP the child c of the pair (k, c)
@@ -776,7 +801,7 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     nog_after_grow = nog_now + 1 - count(sibling_leaf)
     nog_after_prune = nog_now - 1 + count(sibling_leaf)
     small = heap_size <= 4
-    counts_new = _pick(
+    counts_new = pick(
         kind,
         [
             jnp.stack(
@@ -814,9 +839,9 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     )
     # the log probability of the reverse move's kind in the proposed tree
     # (each kind is its own reverse but GROW and PRUNE)
-    weight_new = jnp.where(counts_new > 0, move_probs, 0.0)
+    weight_new = jnp.where(_eligible(counts_new, kinds), move_probs, 0.0)
     total_new = ((weight_new[0] + weight_new[1]) + weight_new[2]) + weight_new[3]
-    reverse = _pick(kind, [jnp.int32(PRUNE), jnp.int32(GROW), jnp.int32(CHANGE), jnp.int32(SWAP)])
+    reverse = pick(kind, [jnp.int32(PRUNE), jnp.int32(GROW), jnp.int32(CHANGE), jnp.int32(SWAP)])
     log_reverse_new = jnp.log(_take_small(weight_new, reverse)) - jnp.log(jnp.where(total_new > 0, total_new, 1.0))
     log_kind_now = _take_small(now.log_probs, kind)
     log_move = log_reverse_new - log_kind_now
@@ -860,7 +885,7 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
         'split_child': p_split_c_new.log - near_p_split[0].log,
         'leaves': (leaves[0] + leaves[1]) + leaves[2],
     }
-    log_ratio = _pick(
+    log_ratio = pick(
         kind,
         [
             _sum_terms('grow', grow_terms),
@@ -880,10 +905,10 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     # sends the points of c's sibling with the bit of c's side to k
     no = jnp.int32(-1)
     zero = jnp.int32(0)
-    at0 = _pick(kind, [k, no, right, jnp.where(dc, no, sib)])
-    at1 = _pick(kind, [k, no, left, jnp.where(dc, sib, no)])
-    to0 = _pick(kind, [left, zero, extra, k])
-    to1 = _pick(kind, [right, zero, k, k])
+    at0 = pick(kind, [k, no, right, jnp.where(dc, no, sib)])
+    at1 = pick(kind, [k, no, left, jnp.where(dc, sib, no)])
+    to0 = pick(kind, [left, zero, extra, k])
+    to1 = pick(kind, [right, zero, k, k])
     at0, at1, to0, to1 = _computed(one, *(jnp.where(possible, x, no) for x in (at0, at1)), to0, to1)
     bit = jnp.arange(2) == 1
     cell_of = jnp.where(slot[:, None] == jnp.where(bit, at1, at0), jnp.where(bit, to1, to0), slot[:, None])
@@ -892,10 +917,10 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     def pair(a, b):
         return jnp.stack([jnp.asarray(a, jnp.int32), jnp.asarray(b, jnp.int32)])
 
-    rows = _pick(kind, [pair(k, no), pair(no, no), pair(left, right), pair(sib, no)])
+    rows = pick(kind, [pair(k, no), pair(no, no), pair(left, right), pair(sib, no)])
     rows = jnp.where(possible, rows, no)
     # the rows of cell_of at `rows` (row 0 where unused), from the definitions above
-    remap_cell = _pick(
+    remap_cell = pick(
         kind,
         [
             jnp.stack([pair(left, right), pair(zero, zero)]),
@@ -909,13 +934,13 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     def quad(*values):
         return jnp.stack([jnp.asarray(v, jnp.int32) for v in values])
 
-    cells = _pick(
+    cells = pick(
         kind, [quad(left, right, no, no), quad(left, right, no, no), quad(left, right, k, extra), quad(keep, moved, sib, k)]
     )
-    cell_old = _pick(
+    cell_old = pick(
         kind, [quad(k, k, no, no), quad(left, right, no, no), quad(left, right, left, right), quad(keep, moved, sib, sib)]
     )
-    cell_new = _pick(
+    cell_new = pick(
         kind, [quad(left, right, no, no), quad(k, k, no, no), quad(left, right, right, left), quad(keep, sib, sib, moved)]
     )
     cell_fresh = (jnp.arange(4) >= 2) | (kind == GROW) | (kind == CHANGE)
@@ -928,9 +953,9 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     is_child = (slot == left) | (slot == right)
     new_leaf = jnp.where(kind == GROW, (now.leaf & ~is_k) | is_child, jnp.where(kind == PRUNE, (now.leaf & ~is_child) | is_k, now.leaf))
 
-    set_node = _pick(kind, [pair(k, k), pair(k, k), pair(k, k), pair(k, c)])
-    set_var = _pick(kind, [pair(var, var), pair(zero, zero), pair(var, var), pair(var_b, var_a)])
-    set_split = _pick(kind, [pair(split, split), pair(zero, zero), pair(split, split), pair(split_b, split_a)])
+    set_node = pick(kind, [pair(k, k), pair(k, k), pair(k, k), pair(k, c)])
+    set_var = pick(kind, [pair(var, var), pair(zero, zero), pair(var, var), pair(var_b, var_a)])
+    set_split = pick(kind, [pair(split, split), pair(zero, zero), pair(split, split), pair(split_b, split_a)])
     return Moves(
         allowed=possible,
         kind=kind,

@@ -347,8 +347,8 @@ def test_prior_leaves_and_sigma2(config, seed):
 def _perturbed_propose_tree(log_factor, original):
     """`_propose_tree` with ``log_factor`` added to the log MH ratio of every grow."""
 
-    def propose(*args):
-        moves = original(*args)
+    def propose(*args, **kwargs):
+        moves = original(*args, **kwargs)
         ratio = jnp.where(moves.kind == moves_module.GROW, moves.log_ratio_tree + log_factor, moves.log_ratio_tree)
         return moves._replace(log_ratio_tree=ratio)
 
@@ -804,6 +804,27 @@ def assert_same_chain(a, b):
     np.testing.assert_allclose(a.forest.leaf_tree, b.forest.leaf_tree, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(a.resid, b.resid, atol=1e-4)
     np.testing.assert_allclose(a.sigma2, b.sigma2, rtol=1e-4)
+
+
+@pytest.mark.parametrize(('weighted', 'blocked'), [(False, False), pytest.param(True, True, marks=pytest.mark.slow)])
+def test_grow_prune_compiled_alone(monkeypatch, weighted, blocked):
+    """With GROW and PRUNE alone, the step compiled for those two kinds
+    (`mcmcstep.MoveKinds`: no CHANGE or SWAP code, two cells per move) runs
+    the chain of the step compiled for all four kinds with the same
+    probabilities: the same trees and leaf indices, the same values up to
+    float rounding. Blocked: the large-n path (counts by reductions)."""
+    valid = np.ones(DATA_N, bool)
+    valid[[3, 77, 150]] = False
+    state = data_state(7, weighted=weighted, valid=valid, moves='gp')
+    assert state.move_kinds == mcmcstep.MoveKinds((True, True, False, False))
+    if blocked:
+        monkeypatch.setattr(mcmcstep, '_data_blocks', lambda n: [(0, 61), (61, 140), (140, n)])
+    alone, info = run_fresh(7, state)
+    every, _ = run_fresh(7, state._replace(move_kinds=None))
+    check_state(alone, DATA_MIN_POINTS, valid)
+    assert int(np.sum(info.grow_accepted)) > 10 and int(np.sum(info.prune_accepted)) > 0
+    assert int(np.sum(info.change_proposed)) == 0 and int(np.sum(info.swap_proposed)) == 0
+    assert_same_chain(alone, every)
 
 
 @pytest.mark.parametrize('weighted', [False, True])

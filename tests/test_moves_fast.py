@@ -7,6 +7,8 @@ them, one log prior per rule): it reads like the paper. The optimised
 `Moves` identical, the log ratio equal to float32 rounding.
 """
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -335,10 +337,17 @@ MOVE_PROBS = [None, ('grow', 'prune'), {'grow': 0.1, 'prune': 0.1, 'change': 0.3
 
 _IN_AXES = (0, 0, 0, None, None, None, None)
 _fast = jax.jit(jax.vmap(moves.propose_tree, _IN_AXES))
+_GROW_PRUNE = (True, True, False, False)
+_fast_grow_prune = jax.jit(jax.vmap(functools.partial(moves.propose_tree, kinds=_GROW_PRUNE), _IN_AXES))
 _reference = jax.jit(jax.vmap(_propose_tree_reference, _IN_AXES))
 
 
-def _propose_both(state, key, move_probs):
+# cases where the proposal compiled for GROW and PRUNE alone is checked too
+# (each case has its own shapes: a compilation each)
+_GROW_PRUNE_CASES = {'grown', 'exhausted', 'stumps', 'single_leaf'}
+
+
+def _propose_both(state, key, move_probs, check_grow_prune=False):
     m = state.forest.split_tree.shape[0]
     u = _uniform(key, (m, 4))
     args = (
@@ -350,7 +359,11 @@ def _propose_both(state, key, move_probs):
         state.p_nonterminal,
         jnp.asarray(moves.move_probs_array(move_probs)),
     )
-    return _fast(*args), _reference(*args)
+    fast = _fast(*args)
+    if check_grow_prune and move_probs == ('grow', 'prune'):
+        # compiled for GROW and PRUNE alone (`MoveKinds`): the same moves
+        _assert_same(_fast_grow_prune(*args), fast)
+    return fast, _reference(*args)
 
 
 def _assert_same(fast, reference):
@@ -380,13 +393,40 @@ def test_propose_tree_matches_reference(case):
     kinds = np.zeros(4, int)
     for i, move_probs in enumerate(MOVE_PROBS):
         for key in random.split(random.key(100 + i), 8):
-            fast, reference = _propose_both(state, key, move_probs)
+            fast, reference = _propose_both(state, key, move_probs, case in _GROW_PRUNE_CASES)
             _assert_same(fast, reference)
             kinds += np.bincount(np.asarray(reference.kind)[np.asarray(reference.allowed)], minlength=4)
     if case not in ('single_leaf', 'no_cutpoints'):
         assert kinds[GROW] > 0 and kinds[PRUNE] > 0, kinds
     if case not in ('single_leaf', 'no_cutpoints', 'stumps'):
         assert kinds[CHANGE] > 0 and kinds[SWAP] > 0, kinds
+
+
+def test_grow_prune_compiles_less():
+    """With GROW and PRUNE alone, the code of CHANGE and SWAP is not compiled
+    (the optimised program is much smaller), and a kind left out of the
+    static kinds is never proposed, whatever its probability."""
+    rng = np.random.default_rng(7)
+    state = CASES['grown_change_swap'](rng)
+    key = random.key(3)
+    m = state.forest.split_tree.shape[0]
+    args = (
+        _uniform(key, (m, 4)),
+        state.forest.var_tree,
+        state.forest.split_tree,
+        state.max_split,
+        state.log_s,
+        state.p_nonterminal,
+        jnp.asarray(moves.move_probs_array({'grow': 0.1, 'prune': 0.1, 'change': 0.3, 'swap': 0.5})),
+    )
+
+    def size(f):
+        return len(f.lower(*args).compile().as_text())
+
+    assert size(_fast_grow_prune) < 0.7 * size(_fast)
+    kinds = np.asarray(_fast_grow_prune(*args).kind)
+    assert set(kinds.tolist()) <= {GROW, PRUNE}
+    assert set(np.asarray(_fast(*args).kind).tolist()) & {CHANGE, SWAP}
 
 
 def test_propose_tree_unbatched():
