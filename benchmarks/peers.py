@@ -7,6 +7,11 @@ Run from the repository root:
     .venv/bin/python benchmarks/peers.py --quick --peer-python /path/to/venv/bin/python
     .venv/bin/python benchmarks/peers.py --markdown --out-json out/peers.json
     .venv/bin/python benchmarks/peers.py --rounds 3 --peer-python /path/to/venv/bin/python
+    .venv/bin/python benchmarks/peers.py --moves grow,prune --peer-python /path/to/venv/bin/python
+
+``--moves grow,prune`` runs this repo's bartz with R's birth/death sampler,
+the moves of bartz 0.13.0 (default: bartz's default moves, which add CHANGE
+and SWAP).
 
 Every measurement runs in a fresh subprocess: this repo's bartz with the
 interpreter running this script, each peer with the interpreter given by
@@ -79,6 +84,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OURS = 'ours'  # worker id of this repo's bartz; peers are 'bartz' and 'stochtree'
 OURS_LABEL = 'bartz'
 PEER_KINDS = ('bartz', 'stochtree')
+MOVE_NAMES = ('grow', 'prune', 'change', 'swap')  # of bartz.gbart's moves (not imported: stdlib only here)
 TIMEOUT_S = 3 * 3600
 P = 10
 DATA_SEED = 0
@@ -99,8 +105,9 @@ def friedman1(n):
     return x, f + rng.normal(size=n)
 
 
-def import_fitter(lib):
-    """Import `lib` and return ``fit(x, y, nskip, ndpost)``, which blocks until done."""
+def import_fitter(lib, moves=None):
+    """Import `lib` and return ``fit(x, y, nskip, ndpost)``, which blocks until done
+    (`moves`: the tree moves of this repo's bartz, None for its default)."""
     if lib == 'stochtree':
         from stochtree import BARTModel  # noqa: PLC0415
 
@@ -127,8 +134,10 @@ def import_fitter(lib):
     # ours is `bartz.gbart`; bartz 0.13.0 has it as a class in `bartz.BART`
     gbart = bartz.gbart if lib == OURS else bartz.BART.gbart
 
+    extra = {} if moves is None else {'moves': tuple(moves)}
+
     def fit(x, y, nskip, ndpost):
-        result = gbart(x, y, nskip=nskip, ndpost=ndpost, ntree=200, keepevery=1, printevery=None, seed=FIT_SEED)
+        result = gbart(x, y, nskip=nskip, ndpost=ndpost, ntree=200, keepevery=1, printevery=None, seed=FIT_SEED, **extra)
         # ours declares its attributes in __slots__ (no __dict__)
         slots = getattr(type(result), '__slots__', ())
         attrs = vars(result) if hasattr(result, '__dict__') else {k: getattr(result, k, None) for k in slots}
@@ -164,7 +173,7 @@ def worker(spec):
     if spec.get('probe'):
         return probe()
     t0 = time.perf_counter()
-    fit = import_fitter(spec['lib'])
+    fit = import_fitter(spec['lib'], spec.get('moves'))
     import_s = time.perf_counter() - t0
     out = {'import_s': import_s, 'fit_s': []}
     if spec['lib'] != 'stochtree':
@@ -239,10 +248,14 @@ def plan(args):
     return work
 
 
-def run_workload(label, python, lib, name, fits, env):
-    """One workload in a fresh process: its result, with ``seconds``."""
+def run_workload(label, python, lib, name, fits, env, moves=None):
+    """One workload in a fresh process: its result, with ``seconds``
+    (`moves`: the tree moves of this repo's bartz, None for its default)."""
     print(f'{label}: {name} ...', file=sys.stderr, flush=True)
-    out = run_worker(python, {'lib': lib, 'fits': fits}, env, ours=lib == OURS)
+    spec = {'lib': lib, 'fits': fits}
+    if lib == OURS and moves:
+        spec['moves'] = list(moves)
+    out = run_worker(python, spec, env, ours=lib == OURS)
     if 'bartz_file' in out and in_repo(out['bartz_file']) != (lib == OURS):
         out = {'error': f'wrong bartz imported: {out["bartz_file"]}'}
     if 'error' in out:
@@ -296,7 +309,7 @@ def measure_all(implementations, args):
             for label, python, lib in implementations:
                 tag = label if args.rounds == 1 else f'{label} (round {r + 1} of {args.rounds})'
                 cache = cold_cache[label] if name in ('cold', 'second process') else fresh_cache(lib)
-                out = run_workload(tag, python, lib, name, fits, {**platform_env, **cache})
+                out = run_workload(tag, python, lib, name, fits, {**platform_env, **cache}, getattr(args, 'moves', None))
                 outs[label][name].append(out)
     for cache in caches:
         shutil.rmtree(cache, ignore_errors=True)
@@ -435,6 +448,11 @@ def main():
     parser.add_argument(
         '--rounds', type=int, default=1, help='times every workload runs, the implementations taking turns (default 1)'
     )
+    parser.add_argument(
+        '--moves',
+        help="tree moves of this repo's bartz, comma separated (grow,prune: R's birth/death sampler, as bartz "
+        '0.13.0; default: its default moves)',
+    )
     parser.add_argument('--quick', action='store_true', help='tiny settings, a smoke test')
     parser.add_argument('--platform', default='cpu', help="JAX_PLATFORMS of the workers ('' lets JAX choose)")
     parser.add_argument('--markdown', action='store_true', help='print the table as markdown')
@@ -447,6 +465,11 @@ def main():
         return
     if args.rounds < 1:
         parser.error(f'--rounds must be at least 1, got {args.rounds}')
+    if args.moves is not None:
+        args.moves = [m for m in args.moves.split(',') if m]
+        unknown = sorted(set(args.moves) - set(MOVE_NAMES))
+        if unknown or not {'grow', 'prune'} <= set(args.moves):
+            parser.error(f'--moves must include grow and prune, among {",".join(MOVE_NAMES)}; got {",".join(args.moves)}')
     default_sizes = '200' if args.quick else '1000,10000,100000'
     args.sizes = [int(s) for s in (args.sizes or default_sizes).split(',')]
     if args.repeats is None:
@@ -477,6 +500,8 @@ def main():
     )
     for label, info in probes.items():
         print(describe(label, info))
+    if args.moves:
+        print(f'{OURS_LABEL}: moves={tuple(args.moves)}')
     print()
     header, rows = table(results, args)
     print(render(header, rows, args.markdown))

@@ -51,3 +51,17 @@ def test_peers_rejects_rounds_below_one():
     )
     assert proc.returncode == 2
     assert '--rounds must be at least 1, got 0' in proc.stderr
+
+
+@pytest.mark.parametrize('moves', ['grow,foo', 'grow,change'])
+def test_peers_rejects_bad_moves(moves):
+    proc = subprocess.run(
+        [sys.executable, 'benchmarks/peers.py', '--moves', moves],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert f'--moves must include grow and prune, among grow,prune,change,swap; got {moves}' in proc.stderr
