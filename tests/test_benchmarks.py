@@ -40,9 +40,10 @@ def test_speed_gbart_section_in_fresh_processes(tmp_path):
     assert latency['new n']['warm_s'] > 0
 
 
-def test_peers_rejects_rounds_below_one():
+def _peers_usage_error(*args):
+    """The stderr of `peers.py` with `args`, which must exit with a usage error."""
     proc = subprocess.run(
-        [sys.executable, 'benchmarks/peers.py', '--rounds', '0'],
+        [sys.executable, 'benchmarks/peers.py', *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -50,18 +51,14 @@ def test_peers_rejects_rounds_below_one():
         check=False,
     )
     assert proc.returncode == 2
-    assert '--rounds must be at least 1, got 0' in proc.stderr
+    return proc.stderr
+
+
+def test_peers_rejects_rounds_below_one():
+    assert '--rounds must be at least 1, got 0' in _peers_usage_error('--rounds', '0')
 
 
 @pytest.mark.parametrize('moves', ['grow,foo', 'grow,change'])
 def test_peers_rejects_bad_moves(moves):
-    proc = subprocess.run(
-        [sys.executable, 'benchmarks/peers.py', '--moves', moves],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert f'--moves must include grow and prune, among grow,prune,change,swap; got {moves}' in proc.stderr
+    expected = f'--moves must include grow and prune, among grow,prune,change,swap; got {moves}'
+    assert expected in _peers_usage_error('--moves', moves)
