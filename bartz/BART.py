@@ -207,8 +207,11 @@ def gbart(
         see `bartz.moves`): None for the default ``{'grow': 0.25, 'prune':
         0.25, 'change': 0.4, 'swap': 0.1}`` (the mix of BayesTree and
         dbarts), a sequence of names (their default probabilities renormalised;
-        ``('grow', 'prune')`` is the classical grow/prune sampler), or a
-        dict ``{name: probability}``. 'grow' and 'prune' are required.
+        ``('grow', 'prune')`` is the classical grow/prune sampler, R's), or a
+        dict ``{name: probability}``. 'grow' and 'prune' are required. Only
+        the moves of positive probability are compiled: ``('grow',
+        'prune')`` compiles and runs faster (deviation from R: R's BART
+        has birth and death steps only).
     save_yhat_train
         Keep the ``(ndpost, n)`` training draws (R always does); set False
         on huge n to save memory (``yhat_train_mean`` is still computed).

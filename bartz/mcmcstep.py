@@ -157,7 +157,7 @@ class MoveKinds:
     sweep's bookkeeping of four cells per move (two suffice). A kind left
     out is never proposed, whatever ``State.move_probs`` says; the draws
     are those of the step compiled for all four kinds with the same
-    probabilities."""
+    probabilities, up to float rounding."""
 
     enabled: tuple  # 4 bools: GROW, PRUNE, CHANGE, SWAP
 

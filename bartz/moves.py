@@ -46,7 +46,7 @@ Only the kinds with positive probability are compiled (``kinds`` of
 (R's BART, whose sampler has birth and death steps only) the code of CHANGE
 and SWAP is left out, and the sweep carries two cells per move instead of
 four; the draws are those of the four-kind program with the same
-probabilities.
+probabilities, up to float rounding.
 
 The log ratio of each kind is a sum of named terms (`_TERM_PERTURBATION`
 and `_TERM_SCALE` let the tests perturb any one of them and check that the
