@@ -153,7 +153,7 @@ class MoveKinds:
     """The kinds of tree move (GROW, PRUNE, CHANGE, SWAP) that the compiled
     step can propose: static (part of the state's tree structure, not an
     array), so that a sampler without CHANGE and SWAP (R's birth/death
-    sampler) compiles neither their proposal (about half of it) nor the
+    sampler) compiles neither their proposal (about 40% of it) nor the
     sweep's bookkeeping of four cells per move (two suffice). A kind left
     out is never proposed, whatever ``State.move_probs`` says; the draws
     are those of the step compiled for all four kinds with the same

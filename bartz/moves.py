@@ -657,8 +657,8 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
         be proposed at all (GROW and PRUNE must be among them). A kind left
         out is never proposed, whatever `move_probs` says, and none of its
         outputs is selected, so XLA drops its code from the compiled
-        program: with GROW and PRUNE alone the proposal compiles to about
-        half the code.
+        program: with GROW and PRUNE alone the optimised proposal is about
+        40% smaller (200 trees of depth 6).
 
     Notes
     -----
