@@ -350,7 +350,9 @@ def _doubled_counts(original):
 def _tempered_proposal(original):
     """`mcmcstep._propose_tree` choosing variables with probability ~ s^0.8 (the
     MH ratio then misses the ratio of prior to proposal probabilities)."""
-    return lambda key, var, split, max_split, log_s, *rest: original(key, var, split, max_split, 0.8 * log_s, *rest)
+    return lambda key, var, split, max_split, log_s, *rest, **kwargs: original(
+        key, var, split, max_split, 0.8 * log_s, *rest, **kwargs
+    )
 
 
 @pytest.mark.slow
