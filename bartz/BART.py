@@ -210,8 +210,9 @@ def gbart(
         ``('grow', 'prune')`` is the classical grow/prune sampler, R's), or a
         dict ``{name: probability}``. 'grow' and 'prune' are required. Only
         the moves of positive probability are compiled: ``('grow',
-        'prune')`` compiles and runs faster (deviation from R: R's BART
-        has birth and death steps only).
+        'prune')`` compiles and runs faster. Deviation from R: R's BART has
+        birth and death steps only, so the default (with CHANGE and SWAP)
+        is not R's sampler; ``('grow', 'prune')`` is.
     save_yhat_train
         Keep the ``(ndpost, n)`` training draws (R always does); set False
         on huge n to save memory (``yhat_train_mean`` is still computed).
