@@ -156,7 +156,14 @@ def test_interrupt_returns_draws(monkeypatch):
     assert threading.current_thread() is threading.main_thread()
     monkeypatch.setattr(mcmcloop, 'run_mcmc', with_callback)
     settings = {**SETTINGS, 'printevery': 10, 'nskip': 10, 'ndpost': CHAINS * 30}
-    fit = gbart(x, y, **settings)
+    # A process started in the background without job control (`cmd &` in a
+    # script) inherits SIGINT ignored, and Python keeps it so: install the
+    # handler of an interactive session, which raises KeyboardInterrupt.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        fit = gbart(x, y, **settings)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert fit.run_info.interrupted
     assert fit.ndpost == CHAINS * 10
     assert np.all(np.isfinite(fit.yhat_train))
