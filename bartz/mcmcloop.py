@@ -34,7 +34,7 @@ import numpy as np
 from jax import lax, random
 from jax import numpy as jnp
 
-from bartz import grove, mcmcstep, sharding
+from bartz import _programs, grove, mcmcstep, sharding
 
 __all__ = ['REFRESH_EVERY', 'Trace', 'RunInfo', 'run_mcmc', 'state_specs']
 
@@ -343,15 +343,21 @@ def _chunk_runner(
 
     options = dict(compiler_options) or None
     if split_chains is None:
-        return jax.jit(run, donate_argnums=(1,), compiler_options=options)
+        runner = jax.jit(run, donate_argnums=(1,), compiler_options=options)
+    else:
 
-    def run_chain(key, own, shared, *args):
-        # the chain's own fields are donated; the shared ones (the data) are
-        # only read, so every chain's call can take the same buffers
-        state, out = run(key, mcmcstep.merge_fields(own, shared), *args)
-        return mcmcstep.chain_fields(state), out
+        def run_chain(key, own, shared, *args):
+            # the chain's own fields are donated; the shared ones (the data) are
+            # only read, so every chain's call can take the same buffers
+            state, out = run(key, mcmcstep.merge_fields(own, shared), *args)
+            return mcmcstep.chain_fields(state), out
 
-    return jax.jit(run_chain, donate_argnums=(1,), compiler_options=options)
+        runner = jax.jit(run_chain, donate_argnums=(1,), compiler_options=options)
+    if mesh is not None:
+        return runner
+    # a new process loads the compiled loop instead of tracing it again
+    static = (chunk, chunk_draws, save_train, num_chains, compiler_options, split_chains)
+    return _programs.persistent(runner, 'mcmc_chunk', static)
 
 
 def _chain_key(key, chain, num_chains: int):

@@ -25,6 +25,13 @@ jax.config.update('jax_compilation_cache_dir', str(_REPO_ROOT / '.jax_cache'))
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
 jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 
+# Tests patch traced code in place (a module constant, a wrapped move), which
+# the key of the compiled programs that bartz keeps on disk cannot see: the
+# suite compiles them as jit does. tests/test_compile_cache.py tests that layer.
+from bartz import _programs  # noqa: E402
+
+_programs.enabled = False
+
 
 def pytest_configure(config):
     config.addinivalue_line('markers', 'no_key_reuse_check: run the test with jax_debug_key_reuse disabled')

@@ -286,3 +286,209 @@ def test_exported():
 def test_enable_rejects_a_path_that_is_not_a_path():
     with pytest.raises(TypeError, match='path must be a directory path'):
         compile_cache.enable(123)
+
+
+# --- whole compiled MCMC programs kept on disk (bartz._programs) ---
+
+FIT_CODE = """
+import glob
+import numpy as np
+import bartz
+from bartz import mcmcstep
+traced = []
+original = mcmcstep.step
+def counting_step(*args, **kwargs):  # runs only while the MCMC loop is traced
+    traced.append(1)
+    return original(*args, **kwargs)
+mcmcstep.step = counting_step
+rng = np.random.default_rng(0)
+x = rng.uniform(size=(60, 3))
+y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    fit = bartz.gbart(x, y, ntree=5, nskip=5, ndpost=20, mc_cores=2, printevery=None, seed=1)
+    again = bartz.gbart(x, y, ntree=5, nskip=5, ndpost=20, mc_cores=2, printevery=None, seed=2)
+directory = os.path.join(bartz.compile_cache.cache_dir(), 'bartz-programs')
+print(json.dumps({
+    'traced': len(traced),
+    'draws': np.asarray(fit.yhat_train).tolist(),
+    'files': sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, '*'))),
+    'warnings': [str(w.message) for w in caught if 'cache' in str(w.message)],
+}))
+"""
+
+
+def test_programs_new_process_skips_tracing(tmp_path):
+    """A new process loads the compiled MCMC loop from disk: it does not
+    trace the step, and its draws are those of the process that compiled
+    it. A damaged file is ignored and written again."""
+    cache = tmp_path / 'cache'
+    first = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
+    assert first['traced'] >= 1  # compiled here (two fits of the same shapes: traced once)
+    assert first['warnings'] == []
+    (name,) = first['files']
+    assert name.startswith('mcmc_chunk-')
+    assert name.endswith('.bartz-program')
+
+    second = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
+    assert second['traced'] == 0
+    assert second['draws'] == first['draws']
+    assert second['files'] == first['files']
+
+    path = cache / 'bartz-programs' / name
+    path.write_bytes(b'not a program')
+    third = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
+    assert third['traced'] >= 1
+    assert third['draws'] == first['draws']
+    assert third['files'] == first['files']
+    assert third['warnings'] == []
+    assert path.stat().st_size > 1000  # written again
+
+
+def test_programs_off_with_the_cache(tmp_path):
+    """``BARTZ_COMPILATION_CACHE=0`` switches the stored programs off too."""
+    out = run_python(
+        FIT_CODE.replace("os.path.join(bartz.compile_cache.cache_dir(), 'bartz-programs')", repr(str(tmp_path))),
+        tmp_path,
+        BARTZ_COMPILATION_CACHE='0',
+    )
+    assert out['traced'] >= 1
+    assert out['files'] == []
+    assert not (tmp_path / 'xdg').exists()
+
+
+@pytest.fixture
+def programs_in(monkeypatch, tmp_path):
+    """Switch the stored programs on, in a folder of `tmp_path`, for one test."""
+    from bartz import _programs, mcmcloop  # noqa: PLC0415
+
+    monkeypatch.setattr(_programs, 'enabled', True)
+    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: str(tmp_path))
+    monkeypatch.setattr(compile_cache, '_warned_dirs', set())
+    mcmcloop._chunk_runner.cache_clear()
+    _programs._LOADED.cache_clear()
+    yield tmp_path / 'bartz-programs'
+    mcmcloop._chunk_runner.cache_clear()
+    _programs._LOADED.cache_clear()
+
+
+def _small_fit(seed=1):
+    import numpy as np  # noqa: PLC0415
+
+    from bartz import gbart  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(60, 3))
+    y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
+    return gbart(x, y, ntree=5, nskip=5, ndpost=20, printevery=None, seed=seed)
+
+
+def test_programs_unwritable_warns_once(programs_in):
+    """A programs folder that cannot be created warns once, naming it, and
+    the fits go on."""
+    programs_in.write_text('a file where the folder goes')
+    with pytest.warns(UserWarning, match='bartz-programs') as record:
+        fit = _small_fit()
+    with warnings.catch_warnings():
+        warnings.filterwarnings('error', message='.*compilation cache')
+        _small_fit(seed=2)  # compiled in memory: nothing to write, no warning
+        from bartz import _programs  # noqa: PLC0415
+
+        _programs._LOADED.cache_clear()
+        _small_fit(seed=3)  # compiled again, the write fails again: no second warning
+    assert len([w for w in record if 'compilation cache' in str(w.message)]) == 1
+    assert fit.yhat_train.shape == (20, 60)
+
+
+def test_programs_cleared_by_jax_clear_caches(programs_in):
+    """`jax.clear_caches` releases the programs loaded in this process, as
+    it does JAX's own, and the next fit loads them from disk."""
+    from bartz import _programs  # noqa: PLC0415
+
+    fit = _small_fit()
+    assert len(list(programs_in.glob('*.bartz-program'))) == 1
+    assert len(_programs._LOADED.programs) == 1
+    jax.clear_caches()
+    assert _programs._LOADED.programs == {}
+    again = _small_fit()
+    assert len(_programs._LOADED.programs) == 1
+    assert again.yhat_train.tolist() == fit.yhat_train.tolist()
+
+
+def test_programs_key():
+    """The key changes with the name, the static settings, the shapes, the
+    dtypes and JAX's settings, and is None for what is not an array."""
+    import numpy as np  # noqa: PLC0415
+
+    from bartz import _programs  # noqa: PLC0415
+
+    args = (np.zeros(3, np.float32), {'a': jax.numpy.ones((2, 2))})
+    key = _programs._key('p', (1,), args)
+    assert key == _programs._key('p', (1,), (np.ones(3, np.float32), {'a': jax.numpy.zeros((2, 2))}))
+    assert key.startswith('p-')
+    others = [
+        _programs._key('q', (1,), args),
+        _programs._key('p', (2,), args),
+        _programs._key('p', (1,), (np.zeros(4, np.float32), args[1])),
+        _programs._key('p', (1,), (np.zeros(3, np.int32), args[1])),
+        _programs._key('p', (1,), (args[1], args[0])),
+    ]
+    with jax.threefry_partitionable(not jax.config.jax_threefry_partitionable):
+        others.append(_programs._key('p', (1,), args))
+    assert len({key, *others}) == 1 + len(others)
+    assert _programs._key('p', (1,), (1.0,)) is None
+    jax.jit(lambda x: _programs._key('p', (1,), (x,)) is None or 1 / 0)(1.0)
+
+
+def test_programs_off_without_cache_or_jit(monkeypatch):
+    from bartz import _programs  # noqa: PLC0415
+
+    monkeypatch.setattr(_programs, 'enabled', True)
+    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: '/somewhere')
+    assert _programs._directory() == Path('/somewhere/bartz-programs')
+    with jax.disable_jit():
+        assert _programs._directory() is None
+    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: 'gs://bucket/cache')
+    assert _programs._directory() is None
+    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: None)
+    assert _programs._directory() is None
+    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: '/somewhere')
+    monkeypatch.setattr(_programs, 'enabled', False)
+    assert _programs._directory() is None
+
+
+def test_programs_store_only_fresh_compilations(monkeypatch):
+    """An executable that JAX loaded from its persistent cache serialises
+    incompletely, so `_compile_fresh` compiles under a key that plain jit
+    does not use, and says when JAX's cache answered anyway (then the
+    program is not stored)."""
+    import uuid  # noqa: PLC0415
+
+    from jax._src import config as jax_config  # noqa: PLC0415
+
+    from bartz import _programs  # noqa: PLC0415
+
+    assert compile_cache.cache_dir() is not None  # the session's cache (conftest.py)
+    constant = uuid.uuid4().int % 1000 / 7  # a program no earlier run compiled
+
+    def f(x):
+        return x * constant + 1
+
+    def lowered():
+        return jax.jit(f).lower(jax.numpy.arange(3.0))
+
+    with jax_config.persistent_cache_min_compile_time_secs(0):
+        jax.jit(f)(jax.numpy.arange(3.0)).block_until_ready()  # in JAX's cache under plain jit's key
+    jax.clear_caches()
+    program, fresh = _programs._compile_fresh(lowered())
+    assert fresh  # not answered by plain jit's entry
+    assert program(jax.numpy.arange(3.0)).tolist() == jax.jit(f)(jax.numpy.arange(3.0)).tolist()
+
+    # let JAX write the entry of `_compile_fresh`'s key, then ask again (the
+    # key holds the source locations of the trace: the same line both times)
+    answers = []
+    for no_write_below in (0.0, _programs._NO_WRITE_BELOW_SECS):
+        jax.clear_caches()
+        monkeypatch.setattr(_programs, '_NO_WRITE_BELOW_SECS', no_write_below)
+        answers.append(_programs._compile_fresh(lowered())[1])
+    assert answers == [True, False]

@@ -1,0 +1,308 @@
+"""Compiled MCMC programs kept on disk whole, so that a new process neither
+traces nor lowers them again.
+
+JAX's persistent cache (`bartz.compile_cache`) spares a new process XLA's
+compilation, but not the tracing and lowering that come before it: JAX
+looks a program up by the hash of its lowered text, so it must trace the
+Python function first. For the MCMC loop that is most of a second fit in a
+new process (about 2 s of 3.5 at n = 1,000 on a slow 2-core machine, see
+benchmarks/README.md). `persistent` wraps a jitted function so that its
+compiled executable is stored, with the pytree structures of its inputs and
+outputs, in a ``bartz-programs`` folder inside the cache directory, under a
+key made of everything the program depends on:
+
+- the source of bartz (a hash of its ``.py`` files), the versions of JAX,
+  jaxlib and Python, the platform and its devices, the CPU (machine type
+  and instruction set flags) and ``XLA_FLAGS``;
+- the JAX settings that change what is traced (``jax_enable_x64``, the
+  random number generator, the promotion rules, ...);
+- the name of the program, its static settings, and the shapes, dtypes,
+  shardings and pytree structure of its arguments.
+
+A new process with the same key loads the executable (deserialising it,
+a few tenths of a second) instead of tracing, lowering and fetching it from
+JAX's cache. The layer is on when and where JAX's persistent cache is on,
+and off with it; a program that cannot be stored, or a stored file that
+cannot be read, never breaks a fit: the program is compiled as usual (a
+failed write warns once per directory).
+
+The files are Python pickles of JAX's serialised executables
+(`jax.experimental.serialize_executable`): like JAX's own cache entries
+they are trusted, and whoever can write to the cache directory can make
+the process run their code.
+"""
+
+import contextlib
+import functools
+import hashlib
+import os
+import pickle
+import platform
+import sys
+import tempfile
+import threading
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jaxlib
+
+from bartz import compile_cache
+
+# Bump to ignore every file written by earlier layouts.
+_FORMAT = 2
+_SUBDIR = 'bartz-programs'
+_SUFFIX = '.bartz-program'
+
+# Public JAX settings that change what a function traces to.
+_TRACE_SETTINGS = (
+    'jax_enable_x64',
+    'jax_default_prng_impl',
+    'jax_threefry_partitionable',
+    'jax_numpy_rank_promotion',
+    'jax_numpy_dtype_promotion',
+    'jax_default_matmul_precision',
+    'jax_debug_nans',
+    'jax_debug_infs',
+    'jax_enable_checks',
+    'jax_legacy_prng_key',
+    'jax_enable_custom_prng',
+)
+
+
+class _Loaded:
+    """The compiled programs of this process, by key; cleared by
+    `jax.clear_caches` like JAX's own, so that a long session can release
+    them (each keeps memory mappings and code)."""
+
+    def __init__(self):
+        self.programs: dict[str, object] = {}
+
+    def cache_clear(self):
+        self.programs.clear()
+
+    def cache_info(self):
+        return f'{len(self.programs)} bartz programs'
+
+    def cache_keys(self):
+        return list(self.programs)
+
+
+_LOADED = _Loaded()
+try:  # jax 0.10.2 (private): let jax.clear_caches() clear ours too
+    from jax._src import util as _jax_util
+
+    _jax_util.register_cache(_LOADED, 'bartz._programs')
+except (ImportError, AttributeError):  # pragma: no cover, a future JAX
+    pass
+
+# Switched off by the test suite, whose tests patch traced code in place.
+enabled = True
+
+_LOCK = threading.Lock()
+
+
+def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
+    """Wrap `jitted` (a `jax.jit` function) so that its compiled program is
+    kept on disk and loaded from there by later processes.
+
+    Parameters
+    ----------
+    jitted
+        The jitted function. Its arguments must be arrays or pytrees of
+        arrays (no static arguments).
+    name
+        The program's name, part of the key.
+    static
+        Everything besides the arguments that decides the traced program
+        (the settings the function closes over), as a tuple with a stable
+        ``repr``.
+
+    Returns
+    -------
+    A function called like `jitted`. It calls `jitted` itself when the
+    cache is off or jit is disabled.
+    """
+
+    @functools.wraps(jitted)
+    def call(*args):
+        directory = _directory()
+        key = None if directory is None else _key(name, static, args)
+        if key is None:
+            return jitted(*args)
+        program = _LOADED.programs.get(key)
+        if program is None:
+            with _LOCK:  # chains on threads: compile or load once
+                program = _LOADED.programs.get(key)
+                if program is None:
+                    program = _load(directory, key)
+                    if program is None:
+                        program, fresh = _compile_fresh(jitted.lower(*args))
+                        if fresh:
+                            _store(directory, key, program)
+                    _LOADED.programs[key] = program
+        return program(*args)
+
+    return call
+
+
+class _Watch(threading.local):
+    compiling = False
+    cache_hits = 0
+
+
+_WATCH = _Watch()
+
+
+def _count_cache_hits(event: str, **_):
+    if _WATCH.compiling and event == '/jax/compilation_cache/cache_hits':
+        _WATCH.cache_hits += 1
+
+
+jax.monitoring.register_event_listener(_count_cache_hits)
+
+
+# JAX writes no entry that compiled faster than this (tests lower it)
+_NO_WRITE_BELOW_SECS = float('inf')
+
+
+def _compile_fresh(lowered) -> tuple[object, bool]:
+    """Compile `lowered` with XLA, not from JAX's persistent cache; return
+    the program and whether it was compiled here.
+
+    An executable that JAX loaded from its cache serialises incompletely
+    (jaxlib 0.10.2: the copy loaded from that serialisation fails at its
+    first run with "Function ... not found"), so only a fresh compilation
+    may be stored. The compile runs under a cache key of its own (with the
+    program's source locations, thread-local settings) that JAX never
+    writes (no minimum compile time is reached), so it does not find the
+    entry of the same program compiled by plain jit; if JAX's cache
+    answers all the same, the program is used but not stored.
+    """
+    contexts = []
+    try:  # jax 0.10.2, private
+        from jax._src import config as jax_config  # noqa: PLC0415
+
+        contexts = [
+            jax_config.compilation_cache_include_metadata_in_key(True),
+            jax_config.persistent_cache_min_compile_time_secs(_NO_WRITE_BELOW_SECS),
+        ]
+    except (ImportError, AttributeError):  # pragma: no cover, a future JAX
+        pass
+    _WATCH.compiling, _WATCH.cache_hits = True, 0
+    try:
+        with contextlib.ExitStack() as stack:
+            for context in contexts:
+                stack.enter_context(context)
+            program = lowered.compile()
+    finally:
+        _WATCH.compiling = False
+    return program, _WATCH.cache_hits == 0
+
+
+def _directory() -> Path | None:
+    """The folder of the programs, or None when the layer is off."""
+    if not enabled or jax.config.jax_disable_jit:
+        return None
+    root = compile_cache.cache_dir()
+    if root is None or '://' in root:  # remote filesystems: JAX's cache only
+        return None
+    return Path(root) / _SUBDIR
+
+
+def _key(name: str, static: tuple, args: tuple) -> str | None:
+    """The file name of the program for `args`, or None if they are not
+    all concrete arrays (a tracer, a Python number: then jit decides)."""
+    leaves, treedef = jax.tree.flatten(args)
+    signature = [str(treedef)]
+    for leaf in leaves:
+        if isinstance(leaf, jax.core.Tracer) or not (hasattr(leaf, 'shape') and hasattr(leaf, 'dtype')):
+            return None
+        sharding = getattr(leaf, 'sharding', None)
+        signature.append((
+            tuple(leaf.shape),
+            str(leaf.dtype),
+            bool(getattr(leaf, 'weak_type', False)),
+            None if sharding is None else repr(sharding),
+        ))
+    settings = [(s, str(getattr(jax.config, s, None))) for s in _TRACE_SETTINGS]
+    text = repr((_FORMAT, _fingerprint(), os.environ.get('XLA_FLAGS', ''), settings, name, static, signature))
+    return f'{name}-{hashlib.sha256(text.encode()).hexdigest()[:40]}'
+
+
+@functools.cache
+def _fingerprint() -> tuple:
+    """What a stored program depends on that a process cannot change."""
+    source = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for path in sorted(package.rglob('*.py')):
+        source.update(path.relative_to(package).as_posix().encode())
+        source.update(path.read_bytes())
+    devices = tuple((d.platform, d.device_kind, d.client.platform_version) for d in jax.devices())
+    return (
+        source.hexdigest(),
+        jax.__version__,
+        jaxlib.__version__,
+        sys.version,
+        platform.machine(),
+        _cpu_flags(),
+        devices,
+    )
+
+
+def _cpu_flags() -> str:
+    """The CPU's model and instruction set flags, where the OS tells them
+    (a program compiled for one CPU may not run on another)."""
+    try:
+        text = Path('/proc/cpuinfo').read_text()
+    except OSError:
+        return platform.processor()
+    lines = [line for line in text.splitlines() if line.startswith(('flags', 'Features', 'model name'))]
+    return hashlib.sha256('\n'.join(sorted(set(lines))).encode()).hexdigest()
+
+
+def _load(directory: Path, key: str):
+    """The stored program of `key`, or None if absent or unreadable."""
+    path = directory / (key + _SUFFIX)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        from jax.experimental import serialize_executable  # noqa: PLC0415
+
+        payload, in_tree, out_tree, device_ids = pickle.loads(zlib.decompress(data))  # noqa: S301, trusted, see the docstring
+        by_id = {d.id: d for d in jax.devices()}
+        devices = [by_id[i] for i in device_ids]
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, execution_devices=devices)
+    except Exception:  # noqa: BLE001, a damaged or foreign file: compile instead
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+
+
+def _store(directory: Path, key: str, program) -> None:
+    """Write `program` under `key`; warn once per directory if that fails."""
+    try:
+        from jax.experimental import serialize_executable  # noqa: PLC0415
+
+        # the devices it runs on: by default a loaded program would run on all
+        device_ids = [d.id for d in program.runtime_executable().local_devices()]
+        data = zlib.compress(pickle.dumps((*serialize_executable.serialize(program), device_ids)), 1)
+    except Exception:  # noqa: BLE001, this backend or program cannot be serialised: compile next time
+        return
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-')
+        try:
+            with os.fdopen(fd, 'wb') as file:
+                file.write(data)
+            os.replace(temporary, directory / (key + _SUFFIX))
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as exc:
+        compile_cache._warn_once(os.fspath(directory), f'{type(exc).__name__}: {exc}')  # noqa: SLF001
