@@ -381,8 +381,7 @@ def compress_trace(trace: TreeHeaps) -> TreeHeaps:
     return TreeHeaps(out_var, out_split, out_leaf)
 
 
-@functools.partial(jax.jit, static_argnames=('kind', 'link', 'max_memory', 'ndraws'))
-def _evaluate_trace_jit(X, trace, link_params, *, kind, link, max_memory, ndraws):
+def _evaluate_trace_impl(X, trace, link_params, *, kind, link, max_memory, ndraws):
     from bartz.jaxext import autobatch  # noqa: PLC0415
 
     p, n = X.shape
@@ -416,6 +415,21 @@ def _evaluate_trace_jit(X, trace, link_params, *, kind, link, max_memory, ndraws
     out_axes = 1 if kind == 'draws' else 0
     batched = autobatch(per_batch, max_io_nbytes, in_axes=(1, None, None), out_axes=out_axes, warn_on_overflow=False)
     return batched(X, trace, link_params)
+
+
+_STATIC = ('kind', 'link', 'max_memory', 'ndraws')
+_evaluate_trace_jit = jax.jit(_evaluate_trace_impl, static_argnames=_STATIC)
+
+
+@functools.cache
+def _evaluate_trace_runner(kind, link, max_memory, ndraws):
+    """`_evaluate_trace_jit` for these settings, which a new process loads
+    whole from the compilation cache (`bartz._programs`) instead of tracing it."""
+    from bartz import _programs  # noqa: PLC0415
+
+    settings = {'kind': kind, 'link': link, 'max_memory': max_memory, 'ndraws': ndraws}
+    jitted = jax.jit(functools.partial(_evaluate_trace_impl, **settings))
+    return _programs.persistent(jitted, 'evaluate_trace', tuple(settings.items()))
 
 
 def evaluate_trace(
@@ -479,6 +493,8 @@ def evaluate_trace(
     concrete = not any(isinstance(a, jax.core.Tracer) for a in trace)
     if kind == 'mean' and link in LINEAR_LINKS and concrete and ndraws > 1:
         trace, kind = compress_trace(trace), 'compressed'
+    if concrete:
+        return _evaluate_trace_runner(kind, link, int(max_memory), ndraws)(X, trace, link_params)
     return _evaluate_trace_jit(
         X, trace, link_params, kind=kind, link=link, max_memory=int(max_memory), ndraws=ndraws
     )

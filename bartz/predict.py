@@ -36,7 +36,7 @@ from jax import numpy as jnp
 from jax import random
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bartz import buckets, grove, prepcovars, priors, sharding
+from bartz import _programs, buckets, grove, prepcovars, priors, sharding
 from bartz import encoding as encoding_mod
 from bartz.jaxext import autobatch
 
@@ -323,6 +323,14 @@ _run_single = jax.jit(_device_kernel, static_argnames='static')
 
 
 @functools.cache
+def _single_runner(static: _Static):
+    """The one-device program for `static`, which a new process loads whole
+    from the compilation cache (`bartz._programs`) instead of tracing it."""
+    jitted = jax.jit(functools.partial(_device_kernel, static=static))
+    return _programs.persistent(jitted, 'predict', tuple(static))
+
+
+@functools.cache
 def _sharded_runner(mesh: Mesh, static: _Static):
     """One jitted program per mesh and options: points split over all devices."""
     P = PartitionSpec
@@ -587,7 +595,7 @@ def predict_rows(
                 return None if a is None else jax.device_put(a, vspec)
 
         args = (put(X), put_points(rows_idx), put_points(w), trace, link_params, sigma, key)
-        result = _run_single(*args, static=static) if mesh is None else _sharded_runner(mesh, static)(*args)
+        result = _single_runner(static)(*args) if mesh is None else _sharded_runner(mesh, static)(*args)
         if pending is not None:
             _store(out, *pending)
         pending = (result, start, r)

@@ -294,24 +294,29 @@ FIT_CODE = """
 import glob
 import numpy as np
 import bartz
-from bartz import mcmcstep
+from bartz import grove, mcmcstep, predict
 traced = []
-original = mcmcstep.step
-def counting_step(*args, **kwargs):  # runs only while the MCMC loop is traced
-    traced.append(1)
-    return original(*args, **kwargs)
-mcmcstep.step = counting_step
+def counting(module, name):  # the functions run only while a program is traced
+    original = getattr(module, name)
+    def wrapper(*args, **kwargs):
+        traced.append(name)
+        return original(*args, **kwargs)
+    setattr(module, name, wrapper)
+counting(mcmcstep, 'step')  # the MCMC loop
+counting(grove, '_evaluate_trace_impl')  # gbart's predictions at x_test
+counting(predict, '_device_kernel')  # fit.predict
 rng = np.random.default_rng(0)
 x = rng.uniform(size=(60, 3))
 y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
-    fit = bartz.gbart(x, y, ntree=5, nskip=5, ndpost=20, mc_cores=2, printevery=None, seed=1)
-    again = bartz.gbart(x, y, ntree=5, nskip=5, ndpost=20, mc_cores=2, printevery=None, seed=2)
+    fit = bartz.gbart(x, y, x_test=x[:9], ntree=5, nskip=5, ndpost=20, mc_cores=2, printevery=None, seed=1)
+    again = bartz.gbart(x, y, x_test=x[:9], ntree=5, nskip=5, ndpost=20, mc_cores=2, printevery=None, seed=2)
+    predicted = fit.predict(x[:7])
 directory = os.path.join(bartz.compile_cache.cache_dir(), 'bartz-programs')
 print(json.dumps({
-    'traced': len(traced),
-    'draws': np.asarray(fit.yhat_train).tolist(),
+    'traced': sorted(set(traced)),
+    'draws': [np.asarray(fit.yhat_train).tolist(), np.asarray(fit.yhat_test).tolist(), np.asarray(predicted).tolist()],
     'files': sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, '*'))),
     'warnings': [str(w.message) for w in caught if 'cache' in str(w.message)],
 }))
@@ -324,21 +329,20 @@ def test_programs_new_process_skips_tracing(tmp_path):
     it. A damaged file is ignored and written again."""
     cache = tmp_path / 'cache'
     first = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
-    assert first['traced'] >= 1  # compiled here (two fits of the same shapes: traced once)
+    assert first['traced'] == ['_device_kernel', '_evaluate_trace_impl', 'step']  # compiled here
     assert first['warnings'] == []
-    (name,) = first['files']
-    assert name.startswith('mcmc_chunk-')
-    assert name.endswith('.bartz-program')
+    assert [name.split('-')[0] for name in first['files']] == ['evaluate_trace', 'mcmc_chunk', 'predict']
+    assert all(name.endswith('.bartz-program') for name in first['files'])
 
     second = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
-    assert second['traced'] == 0
+    assert second['traced'] == []
     assert second['draws'] == first['draws']
     assert second['files'] == first['files']
 
-    path = cache / 'bartz-programs' / name
+    path = cache / 'bartz-programs' / first['files'][1]
     path.write_bytes(b'not a program')
     third = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
-    assert third['traced'] >= 1
+    assert third['traced'] == ['step']
     assert third['draws'] == first['draws']
     assert third['files'] == first['files']
     assert third['warnings'] == []
@@ -352,7 +356,7 @@ def test_programs_off_with_the_cache(tmp_path):
         tmp_path,
         BARTZ_COMPILATION_CACHE='0',
     )
-    assert out['traced'] >= 1
+    assert out['traced'] == ['_device_kernel', '_evaluate_trace_impl', 'step']
     assert out['files'] == []
     assert not (tmp_path / 'xdg').exists()
 
