@@ -1,5 +1,5 @@
-"""Compiled MCMC programs kept on disk whole, so that a new process neither
-traces nor lowers them again.
+"""bartz's main compiled programs (the MCMC loop, the predictions) kept on
+disk whole, so that a new process neither traces nor lowers them again.
 
 JAX's persistent cache (`bartz.compile_cache`) spares a new process XLA's
 compilation, but not the tracing and lowering that come before it: JAX

@@ -43,22 +43,24 @@ Which programs are kept
     every program is kept. It does so only where these settings still have
     JAX's defaults (1 s and 0) and no environment variable sets them.
 
-The MCMC loop is kept whole
+The MCMC loop and the predictions are kept whole
     JAX finds a program in its cache by the hash of its lowered text, so a
     new process must still trace and lower the program before it can load
     it: for the MCMC loop that takes several times longer than the
-    loading. bartz therefore also keeps the compiled loop itself, in the
-    folder ``bartz-programs`` inside the cache directory, under a key made
-    of the source of bartz, the versions of JAX, jaxlib and Python, the
-    machine (devices, CPU) and the shapes and settings of the fit; a new
-    process with the same key loads it without tracing anything (see
-    ``bartz/_programs.py``). At n = 1,000 a first fit in a new process then
-    takes about 0.4 s more than a fit in a warm process, against about 2.5 s
-    with JAX's cache alone (benchmarks/README.md). The loop is compiled under
-    a key of its own and not written to JAX's entries (an executable that
-    JAX loaded from its cache cannot be stored again in jaxlib 0.10.2). These
-    files follow the cache: on, off, moved and safe to delete with it. A new
-    version of bartz, JAX or Python stores its own loops; the old files are
+    loading. bartz therefore also keeps its main compiled programs
+    themselves (the MCMC loop, the predictions at ``x_test`` and those of
+    ``fit.predict``, on one device), in the folder ``bartz-programs``
+    inside the cache directory, under a key made of the source of bartz,
+    the versions of JAX, jaxlib and Python, the machine (devices, CPU) and
+    the shapes and settings of the fit; a new process with the same key
+    loads them without tracing anything (see ``bartz/_programs.py``). At
+    n = 1,000 a first fit in a new process then takes about 0.4 s more than
+    a fit in a warm process, against about 2.5 s with JAX's cache alone
+    (benchmarks/README.md). These programs are compiled under a key of
+    their own and not written to JAX's entries (an executable that JAX
+    loaded from its cache cannot be stored again in jaxlib 0.10.2). Their
+    files follow the cache: on, off, moved and safe to delete with it. A
+    new version of bartz, JAX or Python stores its own; the old files are
     never read again and can go.
 
 Cost on disk
@@ -66,7 +68,7 @@ Cost on disk
     400 KB for an MCMC loop, which is most of the 420 KB of a small fit. Each
     new combination of shapes and settings adds entries, and nothing is
     evicted: JAX's size limit, ``jax_compilation_cache_max_size``, needs the
-    optional ``filelock`` package, and does not count the whole loops. JAX's settings are global, so the cache
+    optional ``filelock`` package, and does not count bartz's whole programs. JAX's settings are global, so the cache
     also keeps programs of other JAX code run in the same process.
 
 It is safe to delete
@@ -80,13 +82,13 @@ It never breaks a fit
     import). If writing or reading an entry fails later (a full disk), JAX
     turns the error into a warning, one for each program, and compiles
     without the cache (unless ``jax_raise_persistent_cache_errors`` is set).
-    Likewise a whole MCMC loop that cannot be written warns once for its
+    Likewise a whole program that cannot be written warns once for its
     folder, and one that cannot be read is deleted and compiled again.
 
 Security
     As JAX's documentation warns, the cache is trusted: whoever can write to
-    it can make your process run their code (the whole MCMC loops are Python
-    pickles of compiled code). Do not point it at a directory that others
+    it can make your process run their code (bartz's whole programs are
+    Python pickles of compiled code). Do not point it at a directory that others
     can write to.
 """
 
