@@ -226,19 +226,29 @@ def _key(name: str, static: tuple, args: tuple) -> str | None:
             bool(getattr(leaf, 'weak_type', False)),
             None if sharding is None else repr(sharding),
         ))
+    fingerprint = _fingerprint()
+    if fingerprint is None:
+        return None
     settings = [(s, str(getattr(jax.config, s, None))) for s in _TRACE_SETTINGS]
-    text = repr((_FORMAT, _fingerprint(), os.environ.get('XLA_FLAGS', ''), settings, name, static, signature))
+    text = repr((_FORMAT, fingerprint, os.environ.get('XLA_FLAGS', ''), settings, name, static, signature))
     return f'{name}-{hashlib.sha256(text.encode()).hexdigest()[:40]}'
 
 
 @functools.cache
-def _fingerprint() -> tuple:
-    """What a stored program depends on that a process cannot change."""
+def _fingerprint() -> tuple | None:
+    """What a stored program depends on that a process cannot change; None
+    if the source of bartz cannot be read."""
     source = hashlib.sha256()
     package = Path(__file__).resolve().parent
-    for path in sorted(package.rglob('*.py')):
-        source.update(path.relative_to(package).as_posix().encode())
-        source.update(path.read_bytes())
+    paths = sorted(package.rglob('*.py'))
+    if not paths:  # no sources to hash (a bytecode-only install): keep nothing
+        return None
+    try:
+        for path in paths:
+            source.update(path.relative_to(package).as_posix().encode())
+            source.update(path.read_bytes())
+    except OSError:
+        return None
     devices = tuple((d.platform, d.device_kind, d.client.platform_version) for d in jax.devices())
     return (
         source.hexdigest(),

@@ -496,3 +496,21 @@ def test_programs_store_only_fresh_compilations(monkeypatch):
         monkeypatch.setattr(_programs, '_NO_WRITE_BELOW_SECS', no_write_below)
         answers.append(_programs._compile_fresh(lowered())[1])
     assert answers == [True, False]
+
+
+def test_programs_need_the_source(monkeypatch, tmp_path):
+    """Without bartz's source to hash (a bytecode-only install), no key:
+    nothing is stored or loaded, jit decides."""
+    import numpy as np  # noqa: PLC0415
+
+    from bartz import _programs  # noqa: PLC0415
+
+    monkeypatch.setattr(_programs, '__file__', str(tmp_path / '_programs.pyc'))
+    _programs._fingerprint.cache_clear()
+    try:
+        assert _programs._fingerprint() is None
+        assert _programs._key('p', (), (np.zeros(3),)) is None
+    finally:
+        monkeypatch.undo()
+        _programs._fingerprint.cache_clear()
+    assert _programs._key('p', (), (np.zeros(3),)) is not None
