@@ -22,7 +22,8 @@ key made of everything the program depends on:
 A new process with the same key loads the executable (deserialising it,
 a few tenths of a second) instead of tracing, lowering and fetching it from
 JAX's cache. The layer is on when and where JAX's persistent cache is on,
-and off with it; a program that cannot be stored, or a stored file that
+and off with it, for programs that run on the CPU (`_PLATFORMS`: where it
+was checked). A program that cannot be stored, or a stored file that
 cannot be read, never breaks a fit: the program is compiled as usual (a
 failed write warns once per directory).
 
@@ -99,6 +100,11 @@ except (ImportError, AttributeError):  # pragma: no cover, a future JAX
 
 # Switched off by the test suite, whose tests patch traced code in place.
 enabled = True
+
+# Where stored programs were checked to run: a broken serialisation fails
+# only at run time, after the donated inputs are gone, so it cannot be
+# caught and compiled again. GPUs are not checked yet (no GPU was lent).
+_PLATFORMS = ('cpu',)
 
 _LOCK = threading.Lock()
 
@@ -203,7 +209,7 @@ def _compile_fresh(lowered) -> tuple[object, bool]:
 
 def _directory() -> Path | None:
     """The folder of the programs, or None when the layer is off."""
-    if not enabled or jax.config.jax_disable_jit:
+    if not enabled or jax.config.jax_disable_jit or jax.default_backend() not in _PLATFORMS:
         return None
     root = compile_cache.cache_dir()
     if root is None or '://' in root:  # remote filesystems: JAX's cache only
@@ -218,6 +224,8 @@ def _key(name: str, static: tuple, args: tuple) -> str | None:
     signature = [str(treedef)]
     for leaf in leaves:
         if isinstance(leaf, jax.core.Tracer) or not (hasattr(leaf, 'shape') and hasattr(leaf, 'dtype')):
+            return None
+        if isinstance(leaf, jax.Array) and any(d.platform not in _PLATFORMS for d in leaf.devices()):
             return None
         sharding = getattr(leaf, 'sharding', None)
         signature.append((

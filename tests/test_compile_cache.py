@@ -514,3 +514,22 @@ def test_programs_need_the_source(monkeypatch, tmp_path):
         monkeypatch.undo()
         _programs._fingerprint.cache_clear()
     assert _programs._key('p', (), (np.zeros(3),)) is not None
+
+
+def test_programs_only_where_checked(monkeypatch):
+    """Stored programs are used only on platforms where they were checked
+    to run (the CPU): elsewhere, or for arrays on another platform, jit
+    decides."""
+    import numpy as np  # noqa: PLC0415
+
+    from bartz import _programs  # noqa: PLC0415
+
+    monkeypatch.setattr(_programs, 'enabled', True)
+    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: '/somewhere')
+    array = jax.numpy.zeros(3)
+    assert _programs._directory() is not None
+    assert _programs._key('p', (), (array,)) is not None
+    monkeypatch.setattr(_programs, '_PLATFORMS', ('gpu',))
+    assert _programs._directory() is None
+    assert _programs._key('p', (), (array,)) is None
+    assert _programs._key('p', (), (np.zeros(3),)) is not None  # runs where the default device is
