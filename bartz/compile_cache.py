@@ -32,6 +32,8 @@ A cache configured by the user is respected
     environment variable ``JAX_COMPILATION_CACHE_DIR``, or JAX's cache is
     switched off with ``jax_enable_compilation_cache``, bartz changes
     nothing. Only an explicit call to `enable` or `disable` overrides it.
+    (In a directory configured so, bartz keeps its whole programs, below,
+    in a folder ``bartz-programs``.)
 
 Which programs are kept
     JAX by default keeps only programs that took at least one second to
