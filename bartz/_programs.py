@@ -153,6 +153,12 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
     return call
 
 
+def persistent_jit(fun: Callable, name: str, **static) -> Callable:
+    """`persistent` of ``jax.jit(functools.partial(fun, **static))``: the
+    keyword arguments are the static settings, and part of the key."""
+    return persistent(jax.jit(functools.partial(fun, **static)), name, tuple(static.items()))
+
+
 class _Watch(threading.local):
     compiling = False
     cache_hits = 0

@@ -70,8 +70,9 @@ Cost on disk
     400 KB for an MCMC loop, which is most of the 420 KB of a small fit. Each
     new combination of shapes and settings adds entries, and nothing is
     evicted: JAX's size limit, ``jax_compilation_cache_max_size``, needs the
-    optional ``filelock`` package, and does not count bartz's whole programs. JAX's settings are global, so the cache
-    also keeps programs of other JAX code run in the same process.
+    optional ``filelock`` package, and does not count bartz's whole
+    programs. JAX's settings are global, so the cache also keeps programs
+    of other JAX code run in the same process.
 
 It is safe to delete
     The directory holds nothing but the cache; delete it at any time, and it

@@ -417,19 +417,16 @@ def _evaluate_trace_impl(X, trace, link_params, *, kind, link, max_memory, ndraw
     return batched(X, trace, link_params)
 
 
-_STATIC = ('kind', 'link', 'max_memory', 'ndraws')
-_evaluate_trace_jit = jax.jit(_evaluate_trace_impl, static_argnames=_STATIC)
-
-
 @functools.cache
 def _evaluate_trace_runner(kind, link, max_memory, ndraws):
-    """`_evaluate_trace_jit` for these settings, which a new process loads
-    whole from the compilation cache (`bartz._programs`) instead of tracing it."""
+    """`_evaluate_trace_impl` jitted for these settings; a new process loads
+    it whole from the compilation cache (`bartz._programs`) instead of
+    tracing it, and traced inputs go to the plain jit."""
     from bartz import _programs  # noqa: PLC0415
 
-    settings = {'kind': kind, 'link': link, 'max_memory': max_memory, 'ndraws': ndraws}
-    jitted = jax.jit(functools.partial(_evaluate_trace_impl, **settings))
-    return _programs.persistent(jitted, 'evaluate_trace', tuple(settings.items()))
+    return _programs.persistent_jit(
+        _evaluate_trace_impl, 'evaluate_trace', kind=kind, link=link, max_memory=max_memory, ndraws=ndraws
+    )
 
 
 def evaluate_trace(
@@ -493,8 +490,4 @@ def evaluate_trace(
     concrete = not any(isinstance(a, jax.core.Tracer) for a in trace)
     if kind == 'mean' and link in LINEAR_LINKS and concrete and ndraws > 1:
         trace, kind = compress_trace(trace), 'compressed'
-    if concrete:
-        return _evaluate_trace_runner(kind, link, int(max_memory), ndraws)(X, trace, link_params)
-    return _evaluate_trace_jit(
-        X, trace, link_params, kind=kind, link=link, max_memory=int(max_memory), ndraws=ndraws
-    )
+    return _evaluate_trace_runner(kind, link, int(max_memory), ndraws)(X, trace, link_params)

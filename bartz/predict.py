@@ -319,15 +319,11 @@ def _device_kernel(X, rows, w, trace, link_params, sigma, key, static):
     return batched(X, rows, w, trace, link_params, sigma, key)
 
 
-_run_single = jax.jit(_device_kernel, static_argnames='static')
-
-
 @functools.cache
 def _single_runner(static: _Static):
     """The one-device program for `static`, which a new process loads whole
     from the compilation cache (`bartz._programs`) instead of tracing it."""
-    jitted = jax.jit(functools.partial(_device_kernel, static=static))
-    return _programs.persistent(jitted, 'predict', tuple(static))
+    return _programs.persistent_jit(_device_kernel, 'predict', static=static)
 
 
 @functools.cache

@@ -236,9 +236,8 @@ def test_device_memory_does_not_grow_with_rows(fit):
         for n in (2**13, 2**16):
             X = jax.ShapeDtypeStruct((P, n), np.uint8)
             rows = jax.ShapeDtypeStruct((n,), np.uint32) if predictive else None
-            lowered = predict_mod._run_single.lower(  # noqa: SLF001
-                X, rows, None, trace, link_params, sigma, key, static=static
-            )
+            jitted = predict_mod._single_runner(static).__wrapped__  # noqa: SLF001
+            lowered = jitted.lower(X, rows, None, trace, link_params, sigma, key)
             temps.append(lowered.compile().memory_analysis().temp_size_in_bytes)
         # at most one float per point beyond a constant (XLA may keep a copy of an (n,) output)
         assert temps[1] - temps[0] <= 4.5 * (2**16 - 2**13), (kind, is_compressed, temps)
