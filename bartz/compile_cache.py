@@ -51,7 +51,7 @@ The MCMC loop and the predictions are kept whole
     it: for the MCMC loop that takes several times longer than the
     loading. bartz therefore also keeps its main compiled programs
     themselves (the MCMC loop, the predictions at ``x_test`` and those of
-    ``fit.predict``, on one CPU device), in the folder ``bartz-programs``
+    ``fit.predict``, on one CPU or GPU device), in the folder ``bartz-programs``
     inside the cache directory, under a key made of the source of bartz,
     the versions of JAX, jaxlib and Python, the machine (devices, CPU) and
     the shapes and settings of the fit; a new process with the same key

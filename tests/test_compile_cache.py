@@ -518,7 +518,7 @@ def test_programs_need_the_source(monkeypatch, tmp_path):
 
 def test_programs_only_where_checked(monkeypatch):
     """Stored programs are used only on platforms where they were checked
-    to run (the CPU): elsewhere, or for arrays on another platform, jit
+    to run (CPU, GPU): elsewhere, or for arrays on another platform, jit
     decides."""
     import numpy as np  # noqa: PLC0415
 
