@@ -74,10 +74,13 @@ def _as_vector(name, y, n):
             raise ValueError(msg)
         y = y.iloc[:, 0]
     if isinstance(y, pd.Series):
-        if not (pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y)):
+        if y.dtype == object:  # numbers as objects (Decimal, None): as an object array
+            y = y.to_numpy()
+        elif not (pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y)):
             msg = f'{name} must be numeric, got a Series of dtype {y.dtype}'
             raise TypeError(msg)
-        y = y.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            y = y.to_numpy(dtype=np.float64, na_value=np.nan)
     if isinstance(y, np.ma.MaskedArray) and np.ma.getmaskarray(y).any():
         i = int(np.argwhere(np.ma.getmaskarray(y).reshape(-1))[0, 0])
         msg = f'{name} must have no missing values; found a masked entry at position {i}'

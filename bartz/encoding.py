@@ -68,6 +68,7 @@ Prediction with missing data via Bayesian additive regression trees, Can.
 J. Stat. 43(2).
 """
 
+import decimal
 import numbers
 import warnings
 from collections.abc import Sequence
@@ -402,7 +403,7 @@ def numbers_from_object(arr: np.ndarray) -> np.ndarray:
     if arr.dtype != object or arr.size == 0:
         return arr
     flat = arr.reshape(-1)
-    if not all(_is_missing(v) or isinstance(v, numbers.Real) for v in flat):
+    if not all(_is_missing(v) or _is_number(v) for v in flat):
         return arr
     return np.array([np.nan if _is_missing(v) else float(v) for v in flat], np.float64).reshape(arr.shape)
 
@@ -513,20 +514,24 @@ def _column_kind(series: pd.Series, label: str) -> tuple[str, list | None]:
         if all(isinstance(v, str) for v in present):
             return _CATEGORICAL, sorted(set(present))
         if all(isinstance(v, bool | np.bool_) for v in present) or all(
-            isinstance(v, numbers.Real) and not isinstance(v, bool | np.bool_) for v in present
+            _is_number(v) and not isinstance(v, bool | np.bool_) for v in present
         ):
             return _NUMERIC, None
         kinds = sorted({type(v).__name__ for v in present})
-        msg = (
-            f'{label} mixes values of types {kinds}; make it all numbers, '
-            'or all strings (categories), e.g. with .astype(str)'
-        )
+        what = f'mixes values of types {kinds}' if len(kinds) > 1 else f'has values of type {kinds[0]}'
+        msg = f'{label} {what}; make it all numbers, or all strings (categories), e.g. with .astype(str)'
         raise TypeError(msg)
     msg = (
         f'{label} has dtype {dtype}, which bartz cannot use as a predictor; '
         'convert it to numbers (e.g. days since a date) or to a category first'
     )
     raise TypeError(msg)
+
+
+def _is_number(v) -> bool:
+    """A real number: Python's and NumPy's, and `decimal.Decimal` (what
+    database drivers return for SQL's NUMERIC columns), read as float64."""
+    return isinstance(v, numbers.Real | decimal.Decimal)
 
 
 def _is_missing(v) -> bool:

@@ -130,6 +130,35 @@ def test_object_arrays_of_numbers_are_numeric():
     assert_array_equal(fit.predict(objects[:3]), reference.predict(expected[:3]))
 
 
+def test_decimals_are_numbers():
+    """`decimal.Decimal` values (what database drivers return for SQL's
+    NUMERIC) are numbers in a DataFrame column, an object array and
+    y_train, with Decimal('NaN') missing; an object column of one other
+    type is refused, naming the type."""
+    from decimal import Decimal  # noqa: PLC0415
+
+    from bartz import _checks  # noqa: PLC0415
+
+    values = [1.5, float('nan'), -2.25, 3.0] * 3
+    decimals = [Decimal(str(v)) for v in values]
+    df = pd.DataFrame({'a': pd.Series(decimals, dtype=object)})
+    enc = fit_encoding(df)
+    assert [c.kind for c in enc.columns] == ['numeric']
+    assert_array_equal(enc.encode(df, 'x')[:, 0], values)
+    objects = np.array(decimals, dtype=object)[:, None]
+    assert_array_equal(fit_encoding(objects).encode(objects, 'x')[:, 0], values)
+
+    y = [Decimal('0.1'), Decimal('2'), Decimal('-3.5')]
+    assert_array_equal(_checks._as_vector('y_train', pd.Series(y), 3), [0.1, 2.0, -3.5])
+    assert_array_equal(_checks._as_vector('y_train', pd.Series([0.1, 2, -3.5], dtype=object), 3), [0.1, 2.0, -3.5])
+    with pytest.raises(ValueError, match='y_train must be finite'):
+        _checks._as_vector('y_train', pd.Series([Decimal('NaN'), *y[1:]]), 3)
+    with pytest.raises(TypeError, match='y_train must be numeric'):
+        _checks._as_vector('y_train', pd.Series(['a', 'b', 'c'], dtype=object), 3)
+    with pytest.raises(TypeError, match=r"x_train column 'a' has values of type object;"):
+        fit_encoding(pd.DataFrame({'a': [object()] * 4}), 'x_train')
+
+
 def test_masked_arrays_mark_missing_values():
     """A NumPy masked array: its masked entries are missing values in
     x_train, x_test and x_new (np.asarray alone would read the values under
