@@ -457,7 +457,9 @@ def _column_values(x, name: str, enc: Encoding) -> list:
     if x is None:
         msg = f'{name} must be an array or DataFrame, got None'
         raise TypeError(msg)
-    if isinstance(x, pd.Series):
+    x = row_as_frame(x, enc)
+    series = isinstance(x, pd.Series)
+    if series:
         x = x.to_frame()
     p = enc.num_columns
     if isinstance(x, pd.DataFrame):
@@ -468,6 +470,8 @@ def _column_values(x, name: str, enc: Encoding) -> list:
             missing = [c.name for c in enc.columns if c.name not in by_name]
             if missing:
                 msg = f'{name} lacks the training columns {missing}'
+                if series and x.shape[1] == 1:
+                    msg += ' (it is a Series, read as one column; for one row of a DataFrame pass df.iloc[[i]])'
                 raise ValueError(msg)
             return [x[by_name[c.name]] for c in enc.columns]
         if x.shape[1] != p:
@@ -478,6 +482,24 @@ def _column_values(x, name: str, enc: Encoding) -> list:
     if arr.shape[1] != p:
         raise ValueError(columns_message(name, p, arr.shape[1], np.ndim(x) == 1))
     return [arr[:, j] for j in range(p)]
+
+
+def row_as_frame(x, enc: Encoding):
+    """A Series of new data that is a row of a DataFrame with the training
+    columns (``df.iloc[0]``, ``df.loc[key]``: its index holds the names of
+    all the columns of a DataFrame ``x_train`` of several columns, and is
+    not a range, which a column's index usually is) as a one-row
+    DataFrame; anything else as it is (a Series is one column, as a 1-d
+    array)."""
+    if (
+        isinstance(x, pd.Series)
+        and enc.named
+        and enc.num_columns > 1
+        and not isinstance(x.index, pd.RangeIndex)
+        and {c.name for c in enc.columns} <= {str(label) for label in x.index}
+    ):
+        return x.to_frame().T
+    return x
 
 
 def columns_message(name: str, p: int, got: int, one_dimensional: bool) -> str:

@@ -423,7 +423,9 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
     if x is None:
         msg = f'{name} must be an array or DataFrame, got None'
         raise TypeError(msg)
-    if isinstance(x, pd.Series):
+    x = encoding_mod.row_as_frame(x, binning.encoding)
+    if isinstance(x, pd.Series):  # one column: checked as such, then a DataFrame
+        binning.encoding.transform(x.iloc[:0], name)
         x = x.to_frame()
     if isinstance(x, pd.DataFrame):
         # the columns and their kinds, checked on no rows before any work
@@ -548,6 +550,7 @@ def predict_rows(
     float32 numpy array: ``(ndraws, n)`` for ``'draws'``, ``(len(q), n)``
     for ``'quantiles'``, ``(n,)`` otherwise.
     """
+    x = encoding_mod.row_as_frame(x, binning.encoding)  # (a row of a DataFrame)
     trace = model.trace
     ndraws = int(trace.leaf_tree.shape[0])
     compressed = kind == 'mean' and not predictive and model.link == 'affine' and ndraws > 1

@@ -292,6 +292,27 @@ def test_categorical_predict_and_importance(cat_data, cat_fit):
         cat_fit.variable_importance(by='dummy')
 
 
+def test_a_row_of_the_dataframe_is_one_row(cat_data, cat_fit):
+    """``df.iloc[i]`` (a Series indexed by the training columns, in any
+    order) is one row for `predict` and `x_test`; a column Series stays
+    one column, which a fit of several columns refuses."""
+    df, y = cat_data
+    row = df.iloc[7]
+    assert_array_equal(cat_fit.predict(row), cat_fit.predict(df.iloc[7:8]))
+    assert_array_equal(cat_fit.predict(row[['z', 'g', 'a']]), cat_fit.yhat_test[:, 7:8])
+    assert_allclose(cat_fit.predict(row, kind='mean'), cat_fit.yhat_test_mean[7:8], rtol=1e-5)  # (summed in another order)
+    with pytest.raises(ValueError, match=r"x_new lacks the training columns \['g', 'z'\] \(it is a Series, read as one column"):
+        cat_fit.predict(df['a'])
+    with pytest.raises(ValueError, match=r"lacks the training columns \['a', 'g', 'z'\] \(it is a Series"):
+        cat_fit.predict(row[['a', 'g']])  # not all the columns: a column
+    numbered = pd.DataFrame(df[['a', 'z']].to_numpy())  # columns 0, 1, a range
+    fit = gbart(numbered, y, seed=0, **SMALL)
+    with pytest.raises(ValueError, match='it is a Series'):
+        fit.predict(numbered[0])  # a column, not the row of its first two values
+    fit = gbart(df, y, x_test=row, seed=0, **SMALL)
+    assert_array_equal(fit.yhat_test, cat_fit.yhat_test[:, 7:8])
+
+
 def test_missing_fit_reports_original_columns(cat_data):
     """Copies of a column with missing values are summed in varcount and
     varprob; the prior split probability of the column is unchanged."""
