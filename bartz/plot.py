@@ -114,7 +114,14 @@ def plot_fit(
     >>> ax.get_xlabel()
     'true value'
     """
-    truth = np.asarray(y_true_or_f, dtype=np.float64).reshape(-1)
+    if hasattr(y_true_or_f, 'yhat_train'):
+        msg = 'plot_fit takes the true values first and the fit second: plot_fit(y, fit), got a fit first'
+        raise TypeError(msg)
+    try:
+        truth = np.asarray(y_true_or_f, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as e:
+        msg = f'y_true_or_f must be an array of numbers, got {type(y_true_or_f).__name__} ({e})'
+        raise TypeError(msg) from e
     draws = _draws_from(fit_or_draws, truth.size, which)
     if draws.shape[1] != truth.size:
         msg = f'the draws have {draws.shape[1]} columns but there are {truth.size} true values'

@@ -149,6 +149,28 @@ def test_plots(fit, data):
     plt.close('all')
 
 
+def test_plot_fit(fit, data):
+    """`plot.plot_fit`: its title is the RMSE of the posterior mean and the
+    coverage of the intervals, computed here from the draws; the arguments
+    the wrong way round, or of mismatched sizes, are clear errors."""
+    x, y, f = data
+    ax = plot.plot_fit(f, fit, level=0.9)
+    draws = np.asarray(fit.yhat_train, np.float64)
+    rmse = np.sqrt(np.mean((draws.mean(axis=0) - f) ** 2))
+    low, high = np.quantile(draws, [0.05, 0.95], axis=0)
+    coverage = np.mean((low <= f) & (f <= high))
+    assert ax.get_title() == f'RMSE {rmse:.3g}, 90% coverage {coverage:.1%} (n={N})'
+    with pytest.raises(TypeError, match=r'true values first and the fit second: plot_fit\(y, fit\)'):
+        plot.plot_fit(fit, y)
+    with pytest.raises(TypeError, match='y_true_or_f must be an array of numbers'):
+        plot.plot_fit(['a'] * N, fit)
+    with pytest.raises(ValueError, match=f'no draws of the fit match the {N - 1} true values'):
+        plot.plot_fit(f[1:], fit)
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    plt.close('all')
+
+
 def test_plot_module_is_an_attribute_loaded_on_use():
     """``bartz.plot`` works after ``import bartz`` alone, and ``import
     bartz`` does not import matplotlib (a subprocess, to start clean)."""
