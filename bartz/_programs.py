@@ -23,9 +23,10 @@ A new process with the same key loads the executable (deserialising it,
 a few tenths of a second) instead of tracing, lowering and fetching it from
 JAX's cache. The layer is on when and where JAX's persistent cache is on,
 and off with it, for programs that run on one CPU or GPU device
-(`_PLATFORMS`: where it was checked; not on a mesh of several devices). A program that cannot be stored, or a stored file that
-cannot be read, never breaks a fit: the program is compiled as usual (a
-failed write warns once per directory).
+(`_PLATFORMS`: where it was checked; not on a mesh of several devices).
+A program that cannot be stored, or a stored file that cannot be read,
+never breaks a fit: the program is compiled as usual (a failed write
+warns once per directory).
 
 The files are Python pickles of JAX's serialised executables
 (`jax.experimental.serialize_executable`): like JAX's own cache entries

@@ -470,7 +470,7 @@ def _column_values(x, name: str, enc: Encoding) -> list:
             missing = [c.name for c in enc.columns if c.name not in by_name]
             if missing:
                 msg = f'{name} lacks the training columns {missing}'
-                if series and x.shape[1] == 1:
+                if series:
                     msg += ' (it is a Series, read as one column; for one row of a DataFrame pass df.iloc[[i]])'
                 raise ValueError(msg)
             return [x[by_name[c.name]] for c in enc.columns]

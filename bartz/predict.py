@@ -424,10 +424,7 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
         msg = f'{name} must be an array or DataFrame, got None'
         raise TypeError(msg)
     x = encoding_mod.row_as_frame(x, binning.encoding)
-    if isinstance(x, pd.Series):  # one column: checked as such, then a DataFrame
-        binning.encoding.transform(x.iloc[:0], name)
-        x = x.to_frame()
-    if isinstance(x, pd.DataFrame):
+    if isinstance(x, pd.DataFrame | pd.Series):  # (a Series left: one column)
         # the columns and their kinds, checked on no rows before any work
         binning.encoding.transform(x.iloc[:0], name)
 
