@@ -612,6 +612,7 @@ def predict_chunks(chunks: Iterable, model: Model, binning: Binning, **kwargs) -
     w_chunks = kwargs.pop('w_chunks', None)
     w_iter = None if w_chunks is None else iter(w_chunks)
     for i, chunk in enumerate(chunks):
+        chunk = encoding_mod.row_as_frame(chunk, binning.encoding)  # (counted as one row)
         w = None if w_iter is None else next(w_iter)
         yield predict_rows(chunk, model, binning, name=f'chunk {i}', row_offset=offset, w_new=w, **kwargs)
         offset += num_rows(chunk)

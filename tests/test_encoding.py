@@ -311,6 +311,10 @@ def test_a_row_of_the_dataframe_is_one_row(cat_data, cat_fit):
         fit.predict(numbered[0])  # a column, not the row of its first two values
     fit = gbart(df, y, x_test=row, seed=0, **SMALL)
     assert_array_equal(fit.yhat_test, cat_fit.yhat_test[:, 7:8])
+    # in predict_chunks a row counts as one row in the numbering of the noise
+    noisy = {'kind': 'draws', 'predictive': True, 'seed': 1}
+    parts = list(cat_fit.predict_chunks([row, df.iloc[8:10]], **noisy))
+    assert_array_equal(np.concatenate(parts, axis=1), cat_fit.predict(df.iloc[7:10], **noisy))
 
 
 def test_missing_fit_reports_original_columns(cat_data):
