@@ -90,7 +90,12 @@ def _fit(case, x, y):
     return gbart(x, y, x_test=x[:7], **SETTINGS, **kwargs)
 
 
-@pytest.mark.parametrize('case', list(CASES))
+# continuous and data sharding in the default run; the other cases (15-25 s
+# of compilation each) with the slow tests
+_SLOW_CASES = {'probit', 'weights', 'dart', 'two chains'}
+
+
+@pytest.mark.parametrize('case', [pytest.param(c, marks=pytest.mark.slow) if c in _SLOW_CASES else c for c in CASES])
 @pytest.mark.no_key_reuse_check
 def test_draws_do_not_depend_on_padding(case, request):
     """The same seed gives the same draws, up to float rounding, whether the

@@ -555,7 +555,12 @@ def posterior_test_pvalue(runner, data, weighted, start, seed, moves='default'):
 @pytest.mark.parametrize(
     ('weighted', 'start', 'moves'),
     [
-        *((w, 'posterior', m) for w in (True, False) for m in MOVE_SETTINGS),
+        # the default moves here, the other move settings with the slow tests
+        *(
+            (w, 'posterior', m) if m == 'default' else pytest.param(w, 'posterior', m, marks=pytest.mark.slow)
+            for w in (True, False)
+            for m in MOVE_SETTINGS
+        ),
         pytest.param(False, 'stump', 'gp', marks=pytest.mark.slow),
         pytest.param(False, 'stump', 'default', marks=pytest.mark.slow),
     ],
@@ -827,7 +832,8 @@ def test_grow_prune_compiled_alone(monkeypatch, weighted, blocked):
     assert_same_chain(alone, every)
 
 
-@pytest.mark.parametrize('weighted', [False, True])
+# (weighted: with the slow tests, 30 s of compilation)
+@pytest.mark.parametrize('weighted', [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     """Large-n code paths of the sweep give the same chain as the plain one.
 
@@ -874,7 +880,8 @@ def test_chunk_compiler_options_do_not_change_the_chain():
     assert_same_chain(run(None), tuned)
 
 
-@pytest.mark.parametrize('weighted', [False, True])
+# (weighted: with the slow tests, 30 s of compilation)
+@pytest.mark.parametrize('weighted', [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_gpu_kernels_do_not_change_the_chain(monkeypatch, weighted):
     """The kernels the sweep uses off CPU (per-leaf sums as a masked
     reduction, the points per leaf counted in its last column), forced on

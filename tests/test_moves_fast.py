@@ -383,7 +383,8 @@ def _assert_same(fast, reference):
 
 # the costliest cases run with the slow tests (their features, exhausted
 # predictors, DART and many predictors, are in the default run's cases too)
-_SLOW_CASES = {'exhausted_deep', 'dart_wide', 'dart_wider', 'deep'}
+# (each case compiles for its own shapes, 10-40 s)
+_SLOW_CASES = {'exhausted_deep', 'dart_wide', 'dart_wider', 'deep', 'dart_deep', 'grown', 'depth3'}
 
 
 @pytest.mark.parametrize('case', [pytest.param(c, marks=pytest.mark.slow) if c in _SLOW_CASES else c for c in CASES])

@@ -110,12 +110,14 @@ def _run_chains(xbin, y, key, num_chains, num_iters, moves=None):
 @pytest.mark.parametrize(
     ('seed', 'moves'),
     [
+        # one seed of the default moves in the default run, the rest (20-30 s
+        # each, mostly compilation) with the slow tests
         (0, None),
-        (1, None),
-        (2, None),
-        (0, ('grow', 'prune')),
-        (1, {'grow': 0.1, 'prune': 0.1, 'change': 0.8}),
-        (2, {'grow': 0.1, 'prune': 0.1, 'swap': 0.8}),
+        pytest.param(1, None, marks=pytest.mark.slow),
+        pytest.param(2, None, marks=pytest.mark.slow),
+        pytest.param(0, ('grow', 'prune'), marks=pytest.mark.slow),
+        pytest.param(1, {'grow': 0.1, 'prune': 0.1, 'change': 0.8}, marks=pytest.mark.slow),
+        pytest.param(2, {'grow': 0.1, 'prune': 0.1, 'swap': 0.8}, marks=pytest.mark.slow),
     ],
     ids=['default0', 'default1', 'default2', 'growprune', 'change', 'swap'],
 )

@@ -101,7 +101,7 @@ def assert_same_draws(fit, ref):
 
 
 MESHES = [
-    pytest.param('wbart', 2, 1, id='wbart-chains2'),
+    pytest.param('wbart', 2, 1, id='wbart-chains2', marks=slow),  # (chains2xdata2 has chains)
     pytest.param('wbart', 1, 3, id='wbart-data3-padded'),
     pytest.param('wbart', 2, 2, id='wbart-chains2xdata2'),
     pytest.param('wbart', 1, 2, id='wbart-data2-padded', marks=slow),
