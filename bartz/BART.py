@@ -445,21 +445,29 @@ def _start_key(key):
 
 def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None):
     """Run the chains; return the padded bins, the trace (draws chain after
-    chain, ``fit_train`` cut to the real points), the burn-in error
-    variances ``(nskip, chains)`` and the `bartz.mcmcloop.RunInfo`."""
-    n = X.shape[1]
+    chain, ``fit_train`` cut to the real points, ``varcount`` and ``log_s``
+    to the real predictors), the burn-in error variances ``(nskip,
+    chains)`` and the `bartz.mcmcloop.RunInfo`."""
+    p, n = X.shape
     mc_cores = settings.mc_cores
     num_data_devices = mesh.shape['data'] if mesh is not None else 1
-    # the data axis padded to the size ladder, so that a new n reuses the compiled sampler
+    # the data axis padded to the size ladder, so that a new n reuses the
+    # compiled sampler; the predictors too, with predictors that have no
+    # cut-point (never split on, no DART probability)
     npad = buckets.bucket_length(n, num_data_devices)
+    ppad = buckets.predictor_length(p)
     valid = np.arange(npad) < n
-    X = np.pad(X, ((0, 0), (0, npad - n)))
+    X = np.pad(buckets.pad_predictors(X), ((0, 0), (0, npad - n)))
+    max_split = np.pad(np.asarray(splits.max_split), (0, ppad - p))
+    log_s = None if log_s is None else np.pad(np.asarray(log_s, np.float32), (0, ppad - p))
+    if group is not None:  # each padded predictor a group of its own
+        group = np.concatenate([group, np.max(group, initial=-1) + 1 + np.arange(ppad - p, dtype=group.dtype)])
     y_core = np.pad(prior.y_core, (0, npad - n))
     prec_weights = None if w is None else np.pad((1.0 / w**2).astype(np.float32), (0, npad - n))
     dart = {'theta': settings.theta, 'a': settings.a, 'b': settings.b, 'rho': settings.rho, 'group': group}
     state = mcmcstep.init(
         X=X,
-        max_split=splits.max_split,
+        max_split=max_split,
         y=y_core,
         num_trees=settings.ntree,
         max_depth=settings.maxdepth,
@@ -505,4 +513,7 @@ def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None):
         trace = jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), trace)
     if trace.fit_train is not None:
         trace = trace._replace(fit_train=trace.fit_train[:, :n])
+    trace = trace._replace(
+        varcount=trace.varcount[:, :p], log_s=None if trace.log_s is None else trace.log_s[:, :p]
+    )
     return X, trace, burn_sigma2, info

@@ -12,9 +12,18 @@ to 1,024 share one compiled program, as do all ``n`` from 9,217 to 10,240.
 Padded points never enter a sum: the sampler gives them no leaf (see
 `bartz.mcmcstep.init`'s ``valid``), and predictions at them are dropped. The
 draws do not depend on the padding, up to float rounding.
+
+The predictor axis is padded too (`predictor_length`), to a multiple of 8,
+and of ``2**e`` in the octave ``[8 * 2**e, 16 * 2**e)``: a model with a
+column more or less (a variant, a step of feature selection) reuses the
+compiled sampler and prediction. A padded predictor has no cut-point, as a
+constant column kept with ``rm_const=False``: the trees never split on it,
+DART gives it no probability, and the outputs drop it.
 """
 
-__all__ = ['MIN_LENGTH', 'bucket_length', 'ladder']
+import numpy as np
+
+__all__ = ['MIN_LENGTH', 'bucket_length', 'ladder', 'pad_predictors', 'predictor_length']
 
 MIN_LENGTH = 128
 _STEPS_PER_OCTAVE = 8
@@ -48,3 +57,26 @@ def ladder(up_to: int) -> list[int]:
             return out
         out.append(length)
         n = length + 1
+
+
+def predictor_length(p: int) -> int:
+    """The padded number of predictors: `p` rounded up to a multiple of 8,
+    and for ``p > 64`` of ``2**e`` in the octave of `p` (at most 12.5%
+    more).
+
+    >>> [predictor_length(p) for p in (1, 8, 9, 10, 64, 65, 129, 1000)]
+    [8, 8, 16, 16, 64, 72, 144, 1024]
+    """
+    p = max(int(p), 1)
+    step = max(_MIN_PREDICTOR_STEP, 2 ** max(0, (p - 1).bit_length() - _STEPS_PER_OCTAVE.bit_length()))
+    return -(-p // step) * step
+
+
+_MIN_PREDICTOR_STEP = 8
+
+
+def pad_predictors(X: np.ndarray) -> np.ndarray:
+    """The binned predictors ``(p, n)`` with zero rows appended up to
+    `predictor_length` (a padded predictor is never split on)."""
+    p = X.shape[0]
+    return np.pad(X, ((0, predictor_length(p) - p), (0, 0)))

@@ -236,8 +236,9 @@ class BARTFit:
         return {'kind': kind, 'q': q, 'predictive': bool(predictive), 'key': key, 'max_memory': max_memory}
 
     def _bin_matrix(self, arr):
-        """Bin ``(m, p_model)`` model columns (`bartz.encoding.Encoding.transform`)."""
-        X = prepcovars.bin_predictors_np(arr[:, self._kept], self._splits.splits)
+        """Bin ``(m, p_model)`` model columns (`bartz.encoding.Encoding.transform`),
+        padded on both axes (`bartz.buckets`)."""
+        X = buckets.pad_predictors(prepcovars.bin_predictors_np(arr[:, self._kept], self._splits.splits))
         m = X.shape[1]
         return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
 

@@ -567,7 +567,8 @@ def predict_rows(
     pending = None  # the previous chunk's result, fetched after the next chunk is binned
     for start, rows in iter_row_chunks(name, x, binning, chunk_rows):
         r = rows.shape[0]
-        X = prepcovars.bin_predictors_np(rows[:, binning.kept], binning.splits)
+        # (both axes padded to the size ladder: `bartz.buckets`)
+        X = buckets.pad_predictors(prepcovars.bin_predictors_np(rows[:, binning.kept], binning.splits))
         del rows
         batch, _ = _batch_plan(static, X.shape[0], X.dtype.itemsize, int(trace.leaf_tree.shape[1]))
         length = padded_points(buckets.bucket_length(r, ndev), batch, ndev)

@@ -1,8 +1,10 @@
-"""Tests for bartz.buckets: the size ladder, and that padding the data axis
-to it neither changes the draws nor makes a new n recompile."""
+"""Tests for bartz.buckets: the size ladder, and that padding the data and
+predictor axes to it neither changes the draws nor makes a new n or p
+recompile."""
 
 import collections
 import contextlib
+import warnings
 
 import jax
 import numpy as np
@@ -48,6 +50,23 @@ def test_ladder_lists_the_lengths():
     lengths = buckets.ladder(10_000)
     assert lengths[0] == buckets.MIN_LENGTH
     assert lengths == sorted({buckets.bucket_length(n) for n in range(1, 10_001)} - {10_240})
+
+
+def test_predictor_length_bounds_padding():
+    """Every p gets a multiple of 8 that is >= p, at most 12.5% more above
+    64, the same for p and any p' between p and its length, and monotone."""
+    p = np.arange(1, 20_000)
+    lengths = np.array([buckets.predictor_length(int(k)) for k in p])
+    assert np.all(lengths >= p)
+    assert np.all(lengths % 8 == 0)
+    assert np.max((lengths - p)[p > 64] / p[p > 64]) <= 1 / 8
+    assert np.all(lengths[p <= 64] - p[p <= 64] < 8)
+    assert np.all(np.diff(lengths) >= 0)
+    assert all(buckets.predictor_length(int(k)) == k for k in np.unique(lengths))
+    X = np.ones((10, 7), np.uint8)
+    padded = buckets.pad_predictors(X)
+    assert padded.shape == (16, 7) and padded.dtype == np.uint8
+    assert np.all(padded[:10] == 1) and np.all(padded[10:] == 0)
 
 
 # ---------------------------------------------------------------- draws do not depend on the padding
@@ -156,6 +175,47 @@ def test_new_n_in_the_same_bucket_does_not_retrace(kwargs):
     assert fold.yhat_train.shape == (30, 97)
     assert fold.yhat_test.shape == (30, 31)
     assert other.yhat_train.shape == (30, 113)
+
+
+@pytest.mark.parametrize('kwargs', [{}, {'sparse': True, 'mc_cores': 2}], ids=['continuous', 'dart chains'])
+def test_padded_predictors_are_constant_columns(kwargs):
+    """The P = 3 predictors are padded to 8 with predictors that have no
+    cut-point: the same fit, bit for bit, as with 5 constant columns
+    appended and kept (``rm_const=False``), whose variable use is 0."""
+    x, y = make_data(5)
+    plain = gbart(x, y, x_test=x[:9], **SETTINGS, **kwargs)
+    wide = np.hstack([x, np.full((N, 5), 0.5)])
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', UserWarning)  # (the trees cannot split on the constant columns)
+        padded = gbart(wide, y, x_test=wide[:9], **SETTINGS, **kwargs, rm_const=False)
+    assert buckets.predictor_length(P) == buckets.predictor_length(P + 5)
+    assert plain.varcount.shape == (30, P)
+    assert padded.varcount.shape == (30, P + 5)
+    for name in ('yhat_train', 'yhat_test', 'sigma'):
+        np.testing.assert_array_equal(getattr(plain, name), getattr(padded, name), err_msg=name)
+    np.testing.assert_array_equal(plain.varcount, padded.varcount[:, :P])
+    assert np.all(padded.varcount[:, P:] == 0)
+    assert plain.varcount.sum() > 0
+    if kwargs:  # DART: the constant columns get no split probability
+        np.testing.assert_allclose(plain.varprob, padded.varprob[:, :P], rtol=1e-6)
+        assert np.all(padded.varprob[:, P:] == 0)
+    np.testing.assert_array_equal(plain.predict(wide[:20, :P]), padded.predict(wide[:20]))
+
+
+def test_new_p_in_the_same_bucket_does_not_retrace():
+    """A fit with p = 3, then with p = 5 and 8 (all padded to 8 predictors):
+    the later fits and their predictions compile nothing."""
+    x, y = make_data(6, p=8)
+    first = gbart(x[:, :3], y, x_test=x[:20, :3], **SETTINGS)
+    first.predict(x[:50, :3])
+    with traced_functions() as traced:
+        five = gbart(x[:, :5], y, x_test=x[:20, :5], **SETTINGS)
+        eight = gbart(x, y, x_test=x[:20], **SETTINGS)
+        five.predict(x[:50, :5])
+        eight.predict(x[:50])
+    assert set(traced) <= {'bind'}, traced
+    assert five.varcount.shape == (30, 5) and eight.varcount.shape == (30, 8)
+    assert eight.varcount[:, 5:].sum() > 0  # the last columns are real predictors
 
 
 def test_predict_drops_the_padding():
