@@ -53,6 +53,9 @@ new n
     In one process: fits at n 1,000 (the first compiles, the best of
     ``--repeats`` more is the warm time), then the first fit at n 1,013, as a
     cross-validation fold would; the note gives its ratio to the warm time.
+new p
+    The same with, last, a fit on 9 of the 10 columns (n 1,000): a model
+    variant without one predictor, or a step of feature selection.
 
 The implementations take turns workload by workload, so that the two
 times of a ratio are taken minutes apart; ``--rounds R`` runs every
@@ -178,8 +181,10 @@ def worker(spec):
     out = {'import_s': import_s, 'fit_s': []}
     if spec['lib'] != 'stochtree':
         out['bartz_file'] = sys.modules['bartz'].__file__
-    for n, nskip, ndpost in spec['fits']:
+    for n, nskip, ndpost, *columns in spec['fits']:
         x, y = friedman1(n)
+        if columns:  # the first columns only
+            x = x[:, : columns[0]]
         t0 = time.perf_counter()
         fit(x, y, nskip, ndpost)
         out['fit_s'].append(time.perf_counter() - t0)
@@ -245,6 +250,8 @@ def plan(args):
     # a cross-validation fold: another n, on the same length of the size ladder
     new = (n0 + (5 if args.quick else 13), nskip0, ndpost0)
     work['new n'] = (new, [base] * (1 + args.repeats) + [new])
+    # a model variant: one predictor fewer
+    work['new p'] = (base, [base] * (1 + args.repeats) + [(*base, P - 1)])
     return work
 
 
@@ -260,7 +267,7 @@ def run_workload(label, python, lib, name, fits, env, moves=None):
         out = {'error': f'wrong bartz imported: {out["bartz_file"]}'}
     if 'error' in out:
         print(f'  failed: {out["error"]}', file=sys.stderr, flush=True)
-    elif name == 'new n':
+    elif name in ('new n', 'new p'):
         out['warm_s'] = min(out['fit_s'][1:-1])
         out['seconds'] = out['fit_s'][-1]
     elif name.startswith('warm'):
@@ -408,6 +415,12 @@ def table(results, args):
     ]
     new = work['new n'][0]
     rows.append(row(f'new n: first fit at n={new[0]:,}', new, res_key='new n', note=', '.join(notes)))
+    notes = [
+        f'{lbl} {out["seconds"] / out["warm_s"]:.1f}x warm'
+        for lbl, out in ((lbl, results[lbl]['new p']) for lbl in results)
+        if 'error' not in out
+    ]
+    rows.append(row(f'new p: first fit with {P - 1} of the {P} columns', base, res_key='new p', note=', '.join(notes)))
     return header, rows
 
 

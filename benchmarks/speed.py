@@ -544,7 +544,7 @@ def main(argv=None):
         latency = peers.measure_all([(peers.OURS_LABEL, sys.executable, peers.OURS)], latency_args)
         results['gbart_latency'] = latency[peers.OURS_LABEL]
         emit(
-            'gbart end to end in fresh processes: cold (empty compilation cache), second process, warm, new n',
+            'gbart end to end in fresh processes: cold (empty compilation cache), second process, warm, new n, new p',
             peers.render(*peers.table(latency, latency_args), md),
             md,
         )
