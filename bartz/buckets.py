@@ -40,11 +40,15 @@ def bucket_length(n: int, multiple: int = 1) -> int:
     n = max(int(n), 1)
     length = MIN_LENGTH
     if n > MIN_LENGTH:
-        # the octave [k0 * 2**e, 2 k0 * 2**e) holding n, in steps of 2**e
-        e = max(0, (n - 1).bit_length() - _STEPS_PER_OCTAVE.bit_length())
-        step = 2**e
+        step = _octave_step(n)
         length = -(-n // step) * step
     return -(-length // multiple) * multiple
+
+
+def _octave_step(n: int) -> int:
+    """The ladder's step ``2**e`` in the octave ``[8 * 2**e, 16 * 2**e)``
+    holding `n` (1 below 16)."""
+    return 2 ** max(0, (n - 1).bit_length() - _STEPS_PER_OCTAVE.bit_length())
 
 
 def ladder(up_to: int) -> list[int]:
@@ -68,7 +72,7 @@ def predictor_length(p: int) -> int:
     [8, 8, 16, 16, 64, 72, 144, 1024]
     """
     p = max(int(p), 1)
-    step = max(_MIN_PREDICTOR_STEP, 2 ** max(0, (p - 1).bit_length() - _STEPS_PER_OCTAVE.bit_length()))
+    step = max(_MIN_PREDICTOR_STEP, _octave_step(p))
     return -(-p // step) * step
 
 

@@ -408,19 +408,18 @@ def table(results, args):
             rows.append(row(f'warm (best of {args.repeats})', settings, res_key=name))
     base = work['cold'][0]
     rows.append(row(f'new n: warm at n={base[0]:,}', base, key='warm_s', res_key='new n'))
-    notes = [
-        f'{lbl} {out["seconds"] / out["warm_s"]:.1f}x warm'
-        for lbl, out in ((lbl, results[lbl]['new n']) for lbl in results)
-        if 'error' not in out
-    ]
+
+    def times_warm(name):
+        """The note of a first fit: its time over the warm fit's, per implementation."""
+        return ', '.join(
+            f'{lbl} {out["seconds"] / out["warm_s"]:.1f}x warm'
+            for lbl, out in ((lbl, results[lbl][name]) for lbl in results)
+            if 'error' not in out
+        )
+
     new = work['new n'][0]
-    rows.append(row(f'new n: first fit at n={new[0]:,}', new, res_key='new n', note=', '.join(notes)))
-    notes = [
-        f'{lbl} {out["seconds"] / out["warm_s"]:.1f}x warm'
-        for lbl, out in ((lbl, results[lbl]['new p']) for lbl in results)
-        if 'error' not in out
-    ]
-    rows.append(row(f'new p: first fit with {P - 1} of the {P} columns', base, res_key='new p', note=', '.join(notes)))
+    rows.append(row(f'new n: first fit at n={new[0]:,}', new, res_key='new n', note=times_warm('new n')))
+    rows.append(row(f'new p: first fit with {P - 1} of the {P} columns', base, res_key='new p', note=times_warm('new p')))
     return header, rows
 
 

@@ -38,8 +38,8 @@ def test_no_sklearn_import_at_run_time():
 @pytest.mark.parametrize(
     'estimator',
     [
-        # each check runs over a minute (a compilation for every shape that
-        # scikit-learn tries): they run with the slow tests
+        # each check takes 40 s to over a minute (compilations for the shapes
+        # that scikit-learn tries): they run with the slow tests
         pytest.param(BARTRegressor(**SMALL), marks=pytest.mark.slow),
         pytest.param(BARTClassifier(**SMALL, keepevery=2), marks=pytest.mark.slow),
         pytest.param(BARTClassifier(**SMALL, keepevery=2, type='lbart'), marks=pytest.mark.slow),
