@@ -40,6 +40,8 @@ Deviations from R, on purpose:
   the whole R object with ``saveRDS``).
 """
 
+import functools
+import threading
 import warnings
 
 import jax
@@ -54,6 +56,7 @@ from bartz._checks import (  # noqa: F401  (kept importable from here)
     _check_real,
     _make_key,
 )
+from bartz import fit as fit_mod
 from bartz.fit import BARTFit, package, warn_convergence
 from bartz.priors import _ols_sigest  # noqa: F401
 
@@ -331,7 +334,11 @@ def gbart(
     log_s = enc.log_split_weights()[kept] if enc.augmented else None
     # DART: the two copies of a column with missing values are one predictor
     group = np.unique(enc.model_encoded[kept], return_inverse=True)[1].astype(np.int32) if enc.augmented else None
-    X, trace, burn_sigma2, info = _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group)
+    X_test = None if x_test_model is None else fit_mod.bin_matrix(x_test_model, kept, splits)
+    on_start = None
+    if X_test is not None and mesh is None:
+        on_start = functools.partial(_compile_test_predictions, X_test, settings, outcome, prior)
+    X, trace, burn_sigma2, info = _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group, on_start)
 
     # 5. package, and warn if the chains do not look converged
     fit = package(
@@ -348,6 +355,7 @@ def gbart(
         X=X,
         x_test_model=x_test_model,
         mesh=mesh,
+        X_test=X_test,
     )
     warn_convergence(fit, X)
     return fit
@@ -443,11 +451,47 @@ def _start_key(key):
     return _random.fold_in_on_host(key, 2**32 - 1)
 
 
-def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None):
+def _compile_test_predictions(X_test, settings, outcome, prior, state, ndraws):
+    """Compile gbart's predictions at ``x_test`` on a thread of its own while
+    the sampler compiles and runs, instead of after it (a new process with
+    the programs kept loads them instead, `bartz._programs`).
+
+    Only what the program depends on is known before the run, the shapes and
+    types: the binned ``x_test`` (`X_test`), the trees of `state`, `ndraws`.
+    They are given exactly as the call after the run will see them (the
+    same key), which then finds the program ready, or waits for it. On
+    failure, nothing is lost: that call compiles it."""
+    forest = state.forest
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])  # where jax.device_put puts them
+
+    def like(array, shape):
+        return jax.ShapeDtypeStruct(shape, array.dtype, sharding=sharding)
+
+    trace = grove.TreeHeaps(
+        like(forest.var_tree, (ndraws, *forest.var_tree.shape[-2:])),
+        like(forest.split_tree, (ndraws, *forest.split_tree.shape[-2:])),
+        like(forest.leaf_tree, (ndraws, *forest.leaf_tree.shape[-2:])),
+    )
+    X = like(X_test, X_test.shape)
+    link = fit_mod.x_test_link(outcome.binary)
+    params = fit_mod.link_params(link, float(prior.offset), prior.scale)
+
+    def work():
+        try:
+            grove.prepare_evaluate_trace(X, trace, max_memory=settings.max_memory, link=link, link_params=params)
+        except Exception:  # noqa: BLE001, S110: the call after the run compiles it
+            pass
+
+    threading.Thread(target=work, name='bartz-compile-x_test', daemon=True).start()
+
+
+def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None, on_start=None):
     """Run the chains; return the padded bins, the trace (draws chain after
     chain, ``fit_train`` cut to the real points, ``varcount`` and ``log_s``
     to the real predictors), the burn-in error variances ``(nskip,
-    chains)`` and the `bartz.mcmcloop.RunInfo`."""
+    chains)`` and the `bartz.mcmcloop.RunInfo`. ``on_start(state, ndraws)``
+    is called before the chains run, with the initial state and the number
+    of draws the trace will have."""
     p, n = X.shape
     mc_cores = settings.mc_cores
     num_data_devices = mesh.shape['data'] if mesh is not None else 1
@@ -491,11 +535,14 @@ def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None):
     if num_chains is not None:
         state = mcmcstep.init_chains(state, mc_cores)
     state = warmstart.start_chains(_start_key(key), state, num_chains, settings.warmstart)
+    n_save = -(-settings.ndpost // mc_cores)
+    if on_start is not None:
+        on_start(state, n_save * mc_cores)
     _, trace, info = mcmcloop.run_mcmc(
         key,
         state,
         n_burn=settings.nskip,
-        n_save=-(-settings.ndpost // mc_cores),
+        n_save=n_save,
         n_skip=settings.keepevery,
         printevery=settings.printevery,
         save_train=settings.save_yhat_train,

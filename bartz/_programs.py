@@ -109,7 +109,16 @@ enabled = True
 # same draws, a damaged file compiled again). TPUs are not checked.
 _PLATFORMS = ('cpu', 'gpu')
 
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards _KEY_LOCKS
+_KEY_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _key_lock(key: str) -> threading.Lock:
+    """The lock of one program: chains on threads compile or load it once,
+    and a program compiled ahead (`persistent`'s ``prepare``) on another
+    thread does not hold up the others."""
+    with _LOCK:
+        return _KEY_LOCKS.setdefault(key, threading.Lock())
 
 
 def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
@@ -131,18 +140,18 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
     Returns
     -------
     A function called like `jitted`. It calls `jitted` itself when the
-    cache is off or jit is disabled.
+    cache is off or jit is disabled. Its ``prepare(*args)`` loads or
+    compiles the program for arguments that may be `jax.ShapeDtypeStruct`
+    (with the sharding the arrays will have; None for numpy arrays) without
+    running it, and returns whether the program is now ready; it is meant
+    for a background thread (a later call with arrays of that signature
+    waits for it, then runs the program).
     """
 
-    @functools.wraps(jitted)
-    def call(*args):
-        directory = _directory()
-        key = None if directory is None else _key(name, static, args)
-        if key is None:
-            return jitted(*args)
+    def program_for(directory, key, args):
         program = _LOADED.programs.get(key)
         if program is None:
-            with _LOCK:  # chains on threads: compile or load once
+            with _key_lock(key):
                 program = _LOADED.programs.get(key)
                 if program is None:
                     program = _load(directory, key)
@@ -151,8 +160,25 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
                         if fresh:
                             _store(directory, key, program)
                     _LOADED.programs[key] = program
-        return program(*args)
+        return program
 
+    @functools.wraps(jitted)
+    def call(*args):
+        directory = _directory()
+        key = None if directory is None else _key(name, static, args)
+        if key is None:
+            return jitted(*args)
+        return program_for(directory, key, args)(*args)
+
+    def prepare(*args) -> bool:
+        directory = _directory()
+        key = None if directory is None else _key(name, static, args)
+        if key is None:
+            return False
+        program_for(directory, key, args)
+        return True
+
+    call.prepare = prepare
     return call
 
 
@@ -234,9 +260,10 @@ def _key(name: str, static: tuple, args: tuple) -> str | None:
     for leaf in leaves:
         if isinstance(leaf, jax.core.Tracer) or not (hasattr(leaf, 'shape') and hasattr(leaf, 'dtype')):
             return None
-        if isinstance(leaf, jax.Array) and any(d.platform not in _PLATFORMS for d in leaf.devices()):
-            return None
         sharding = getattr(leaf, 'sharding', None)
+        devices = leaf.devices() if isinstance(leaf, jax.Array) else getattr(sharding, 'device_set', ())
+        if any(d.platform not in _PLATFORMS for d in devices):
+            return None
         signature.append((
             tuple(leaf.shape),
             str(leaf.dtype),

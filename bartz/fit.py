@@ -238,13 +238,11 @@ class BARTFit:
     def _bin_matrix(self, arr):
         """Bin ``(m, p_model)`` model columns (`bartz.encoding.Encoding.transform`),
         padded on both axes (`bartz.buckets`)."""
-        X = buckets.pad_predictors(prepcovars.bin_predictors_np(arr[:, self._kept], self._splits.splits))
-        m = X.shape[1]
-        return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
+        return bin_matrix(arr, self._kept, self._splits)
 
     def _evaluate(self, X, m, kind, max_memory, link):
         """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
-        params = {'probit': (self.offset,), 'logit': (self.offset,), 'affine': (self.offset, self._scale), None: ()}[link]
+        params = link_params(link, self.offset, self._scale)
         kwargs = {'kind': kind, 'max_memory': max_memory, 'link': link, 'link_params': params}
         if self._mesh is not None and self._mesh.devices.size > 1:
             f = sharding.evaluate_trace_sharded(X, self._trace, self._mesh, **kwargs)
@@ -481,13 +479,14 @@ def package(
     X,
     x_test_model,
     mesh,
+    X_test=None,
 ) -> BARTFit:
     """Make the `BARTFit` of a run: the R-style attributes from the trace.
 
     ``trace`` has the draws chain after chain, its ``fit_train`` cut to the
     ``n`` real points; ``burn_sigma2`` is ``(nskip, chains)``; ``X`` the
     binned (padded) training predictors, ``x_test_model`` the model columns
-    of ``x_test`` (or None).
+    of ``x_test`` (or None), ``X_test`` their `bin_matrix` if already made.
     """
     is_binary = outcome.binary
     offset, scale = prior.offset, prior.scale
@@ -547,15 +546,14 @@ def package(
         else:
             fit.yhat_train_mean = fit._evaluate(X, n, 'mean', max_memory, link='affine')
     if x_test_model is not None:
-        Xt = fit._bin_matrix(x_test_model)
+        Xt = fit._bin_matrix(x_test_model) if X_test is None else X_test
         n_test = x_test_model.shape[0]
         if is_binary:
-            fit.yhat_test = offset + fit._evaluate(Xt, n_test, 'draws', max_memory, link=None)
+            fit.yhat_test = offset + fit._evaluate(Xt, n_test, 'draws', max_memory, link=x_test_link(True))
             fit.prob_test = outcome.prob(fit.yhat_test)
             fit.prob_test_mean = fit.prob_test.mean(axis=0)
         else:
-            # the link of `predict`, so that a later predict reuses the compiled program
-            fit.yhat_test = fit._evaluate(Xt, n_test, 'draws', max_memory, link='affine')
+            fit.yhat_test = fit._evaluate(Xt, n_test, 'draws', max_memory, link=x_test_link(False))
         fit.yhat_test_mean = fit.yhat_test.mean(axis=0)
     else:
         fit.yhat_test = fit.yhat_test_mean = None
@@ -574,6 +572,26 @@ def package(
         fit.sigma_mean = float(sigma_kept.mean())
     _set_variable_use(fit, encoding, kept, trace)
     return fit
+
+
+def bin_matrix(arr, kept, splits):
+    """Bin ``(m, p_model)`` model columns with the cut-points `splits` of
+    the `kept` columns, padded on both axes (`bartz.buckets`)."""
+    X = buckets.pad_predictors(prepcovars.bin_predictors_np(arr[:, kept], splits.splits))
+    m = X.shape[1]
+    return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
+
+
+def link_params(link, offset, scale):
+    """The parameters of `link` (`bartz.grove.evaluate_trace`) for a fit."""
+    return {'probit': (offset,), 'logit': (offset,), 'affine': (offset, scale), None: ()}[link]
+
+
+def x_test_link(binary: bool):
+    """The link of the predictions at ``x_test`` (``yhat_test``): for a
+    continuous outcome that of `BARTFit.predict`, so that a later predict
+    reuses the compiled program."""
+    return None if binary else 'affine'
 
 
 def _set_variable_use(fit: BARTFit, encoding, kept, trace) -> None:

@@ -484,10 +484,29 @@ def evaluate_trace(
     if link not in _LINKS:
         msg = f'link must be one of {_LINKS}, got {link!r}'
         raise ValueError(msg)
-    # numpy scalars, not eager jnp conversions (each would compile a program)
-    link_params = tuple(v.astype(jnp.float32) if isinstance(v, jax.Array) else np.float32(v) for v in link_params)
     ndraws = int(trace.leaf_tree.shape[0])
     concrete = not any(isinstance(a, jax.core.Tracer) for a in trace)
     if kind == 'mean' and link in LINEAR_LINKS and concrete and ndraws > 1:
         trace, kind = compress_trace(trace), 'compressed'
-    return _evaluate_trace_runner(kind, link, int(max_memory), ndraws)(X, trace, link_params)
+    runner, args = _evaluate_trace_call(X, trace, kind, max_memory, link, link_params)
+    return runner(*args)
+
+
+def _evaluate_trace_call(X, trace, kind, max_memory, link, link_params):
+    """The program of `evaluate_trace` and its arguments."""
+    # numpy scalars, not eager jnp conversions (each would compile a program)
+    link_params = tuple(v.astype(jnp.float32) if isinstance(v, jax.Array) else np.float32(v) for v in link_params)
+    ndraws = int(trace.leaf_tree.shape[0])
+    return _evaluate_trace_runner(kind, link, int(max_memory), ndraws), (X, trace, link_params)
+
+
+def prepare_evaluate_trace(X, trace: TreeHeaps, *, max_memory: int = DEFAULT_MAX_MEMORY, link=None, link_params=()) -> bool:
+    """Load or compile the program of ``evaluate_trace(X, trace, kind='draws',
+    ...)`` without running it, where `X` and the fields of `trace` may be
+    `jax.ShapeDtypeStruct` (with the shardings the arrays will have), so
+    that it can be compiled on another thread while the sampler runs
+    (`bartz.gbart` does it for ``x_test``). Returns whether the program is
+    ready (False when the compiled programs are not kept, `bartz._programs`:
+    then the call compiles as usual)."""
+    runner, args = _evaluate_trace_call(X, trace, 'draws', max_memory, link, link_params)
+    return runner.prepare(*args)
