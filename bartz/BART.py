@@ -462,7 +462,7 @@ def _compile_test_predictions(X_test, settings, outcome, prior, state, ndraws):
     same key), which then finds the program ready, or waits for it. On
     failure, nothing is lost: that call compiles it."""
     forest = state.forest
-    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])  # where jax.device_put puts them
+    sharding = jax.device_put(np.zeros((), np.uint8)).sharding  # where `package`'s jax.device_put puts them
 
     def like(array, shape):
         return jax.ShapeDtypeStruct(shape, array.dtype, sharding=sharding)

@@ -422,41 +422,42 @@ def test_programs_cleared_by_jax_clear_caches(programs_in):
 def test_x_test_predictions_compiled_ahead(programs_in, monkeypatch):
     """gbart compiles its predictions at ``x_test`` on a thread of its own
     while the sampler runs, under the key of the call after the run (which
-    then compiles nothing): one program per link, the same predictions.
-    (Not on a mesh: with this session's 4 CPU devices, ``mc_cores=2`` would
-    run on one, and predict with the sharded evaluator.)"""
+    then compiles nothing): one program per link and device, the same
+    predictions. (Not on a mesh: with this session's 4 CPU devices,
+    ``mc_cores=2`` would run on one, and predict with the sharded
+    evaluator.)"""
     import threading  # noqa: PLC0415
 
     import numpy as np  # noqa: PLC0415
 
-    from bartz import gbart, grove  # noqa: PLC0415
+    from bartz import _programs, gbart  # noqa: PLC0415
 
-    threads = []
-    original = grove._evaluate_trace_impl
+    compiled = []
+    original = _programs._compile_fresh
 
-    def recording(*args, **kwargs):  # runs only while the program is traced
-        threads.append(threading.current_thread().name)
-        return original(*args, **kwargs)
+    def recording(lowered):
+        compiled.append(threading.current_thread().name)
+        return original(lowered)
 
-    monkeypatch.setattr(grove, '_evaluate_trace_impl', recording)
-    grove._evaluate_trace_runner.cache_clear()
-    try:
-        rng = np.random.default_rng(0)
-        x = rng.uniform(size=(60, 3))
-        y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
-        kwargs = {'x_test': x[:9], 'ntree': 5, 'nskip': 5, 'ndpost': 20, 'printevery': None}
-        fits = [gbart(x, y, seed=1, **kwargs), gbart(x, y, seed=2, **kwargs)]  # (the second traces nothing)
-        binary = gbart(x, (y > 0).astype(float), type='pbart', seed=3, **kwargs)
-    finally:
-        grove._evaluate_trace_runner.cache_clear()
-    # traced twice (the affine link of wbart, probit's none), both on the thread
-    assert threads == ['bartz-compile-x_test'] * 2
+    monkeypatch.setattr(_programs, '_compile_fresh', recording)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(60, 3))
+    y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
+    kwargs = {'x_test': x[:9], 'ntree': 5, 'nskip': 5, 'ndpost': 20, 'printevery': None}
+    fits = [gbart(x, y, seed=1, **kwargs), gbart(x, y, seed=2, **kwargs)]  # (the second compiles nothing)
+    binary = gbart(x, (y > 0).astype(float), type='pbart', seed=3, **kwargs)
+    with jax.default_device(jax.devices()[-1]):  # compiled for the device the arrays go to
+        elsewhere = gbart(x, y, seed=1, **kwargs)
+    # the sampler on the main thread, the predictions on the other (the
+    # affine link of wbart, probit's none, the other device)
+    assert sorted(compiled) == ['MainThread'] * 3 + ['bartz-compile-x_test'] * 3
     names = sorted(path.name.split('-')[0] for path in programs_in.glob('*.bartz-program'))
-    assert names == ['evaluate_trace'] * 2 + ['mcmc_chunk'] * 2
+    assert names == ['evaluate_trace'] * 3 + ['mcmc_chunk'] * 3
     for fit in fits:
         assert fit.yhat_test.shape == (20, 9)
         np.testing.assert_allclose(fit.yhat_test, fit.predict(x[:9]), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(binary.prob_test, binary.predict(x[:9]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(elsewhere.yhat_test, fits[0].yhat_test, rtol=1e-5, atol=1e-6)
 
 
 def test_programs_key():
