@@ -488,15 +488,15 @@ def evaluate_trace(
     concrete = not any(isinstance(a, jax.core.Tracer) for a in trace)
     if kind == 'mean' and link in LINEAR_LINKS and concrete and ndraws > 1:
         trace, kind = compress_trace(trace), 'compressed'
-    runner, args = _evaluate_trace_call(X, trace, kind, max_memory, link, link_params)
+    runner, args = _evaluate_trace_call(X, trace, kind, max_memory, link, link_params, ndraws)
     return runner(*args)
 
 
-def _evaluate_trace_call(X, trace, kind, max_memory, link, link_params):
-    """The program of `evaluate_trace` and its arguments."""
+def _evaluate_trace_call(X, trace, kind, max_memory, link, link_params, ndraws):
+    """The program of `evaluate_trace` and its arguments (`ndraws`: the
+    number of draws before `compress_trace`)."""
     # numpy scalars, not eager jnp conversions (each would compile a program)
     link_params = tuple(v.astype(jnp.float32) if isinstance(v, jax.Array) else np.float32(v) for v in link_params)
-    ndraws = int(trace.leaf_tree.shape[0])
     return _evaluate_trace_runner(kind, link, int(max_memory), ndraws), (X, trace, link_params)
 
 
@@ -508,5 +508,5 @@ def prepare_evaluate_trace(X, trace: TreeHeaps, *, max_memory: int = DEFAULT_MAX
     (`bartz.gbart` does it for ``x_test``). Returns whether the program is
     ready (False when the compiled programs are not kept, `bartz._programs`:
     then the call compiles as usual)."""
-    runner, args = _evaluate_trace_call(X, trace, 'draws', max_memory, link, link_params)
+    runner, args = _evaluate_trace_call(X, trace, 'draws', max_memory, link, link_params, int(trace.leaf_tree.shape[0]))
     return runner.prepare(*args)
