@@ -353,9 +353,9 @@ def gbart(
         info=info,
         n=n,
         X=X,
-        x_test_model=x_test_model,
-        mesh=mesh,
         X_test=X_test,
+        n_test=0 if x_test_model is None else len(x_test_model),
+        mesh=mesh,
     )
     warn_convergence(fit, X)
     return fit

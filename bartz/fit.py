@@ -235,11 +235,6 @@ class BARTFit:
         key = key if predictive else None
         return {'kind': kind, 'q': q, 'predictive': bool(predictive), 'key': key, 'max_memory': max_memory}
 
-    def _bin_matrix(self, arr):
-        """Bin ``(m, p_model)`` model columns (`bartz.encoding.Encoding.transform`),
-        padded on both axes (`bartz.buckets`)."""
-        return bin_matrix(arr, self._kept, self._splits)
-
     def _evaluate(self, X, m, kind, max_memory, link):
         """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
         params = link_params(link, self.offset, self._scale)
@@ -477,16 +472,16 @@ def package(
     info,
     n,
     X,
-    x_test_model,
+    X_test,
+    n_test,
     mesh,
-    X_test=None,
 ) -> BARTFit:
     """Make the `BARTFit` of a run: the R-style attributes from the trace.
 
     ``trace`` has the draws chain after chain, its ``fit_train`` cut to the
     ``n`` real points; ``burn_sigma2`` is ``(nskip, chains)``; ``X`` the
-    binned (padded) training predictors, ``x_test_model`` the model columns
-    of ``x_test`` (or None), ``X_test`` their `bin_matrix` if already made.
+    binned (padded) training predictors, ``X_test`` the `bin_matrix` of the
+    ``n_test`` rows of ``x_test`` (or None).
     """
     is_binary = outcome.binary
     offset, scale = prior.offset, prior.scale
@@ -545,15 +540,13 @@ def package(
             fit.prob_train_mean = fit._evaluate(X, n, 'mean', max_memory, link=outcome.link)
         else:
             fit.yhat_train_mean = fit._evaluate(X, n, 'mean', max_memory, link='affine')
-    if x_test_model is not None:
-        Xt = fit._bin_matrix(x_test_model) if X_test is None else X_test
-        n_test = x_test_model.shape[0]
+    if X_test is not None:
         if is_binary:
-            fit.yhat_test = offset + fit._evaluate(Xt, n_test, 'draws', max_memory, link=x_test_link(True))
+            fit.yhat_test = offset + fit._evaluate(X_test, n_test, 'draws', max_memory, link=x_test_link(True))
             fit.prob_test = outcome.prob(fit.yhat_test)
             fit.prob_test_mean = fit.prob_test.mean(axis=0)
         else:
-            fit.yhat_test = fit._evaluate(Xt, n_test, 'draws', max_memory, link=x_test_link(False))
+            fit.yhat_test = fit._evaluate(X_test, n_test, 'draws', max_memory, link=x_test_link(False))
         fit.yhat_test_mean = fit.yhat_test.mean(axis=0)
     else:
         fit.yhat_test = fit.yhat_test_mean = None
