@@ -7,6 +7,9 @@ moves (`bartz.moves`) and of the sweep (`bartz.mcmcstep`):
 - `_leaf_sums(indices, values, size)`: ``zeros(size).at[indices].add(values)``
   (a scatter on CPU, a masked reduction on GPU from 4,096 points);
 - `_lookup(table, indices)`: ``table[indices]`` for uint8 indices;
+- `lane_indices` / `unlane`: the scatter's lanes put in / taken out of
+  the bins' low bits (the sweep carries a tree's laned cells to the next
+  tree);
 - `cell_partitions`: every point's cell for every tree's proposed move;
 - `_data_blocks(n)`: how the data axis is cut into independently scheduled
   blocks on CPU (the draws never depend on it, only float rounding);
@@ -32,7 +35,7 @@ def _psum(x, axis_name):
     return x if axis_name is None else lax.psum(x, axis_name)
 
 
-def _leaf_sums(indices, values, size):
+def _leaf_sums(indices, values, size, *, laned=False):
     """``zeros(size).at[indices].add(values)`` for uint8 `indices`, fast.
 
     The scatter reads the uint8 indices as they are (JAX would widen them
@@ -44,18 +47,46 @@ def _leaf_sums(indices, values, size):
     would contend for the same atomic). Together about twice as fast at
     n = 100,000 on CPU. Under `vmap` (several chains) on CPU, one scatter
     per chain (`_unbatched_on_cpu`).
+
+    With ``laned=True``, `indices` are already `lane_indices` (the sweep
+    carries them to the next tree, which reads the bins back with
+    `unlane`: one kernel less per tree than a separate lane pass).
     """
-    return _unbatched_on_cpu(functools.partial(_leaf_sums_impl, size=size))(indices, values)
+    return _unbatched_on_cpu(functools.partial(_leaf_sums_impl, size=size, laned=laned))(indices, values)
 
 
-def _leaf_sums_impl(indices, values, size):
+def _scatter_lanes(n, size):
+    """How many copies of the `size` bins the scatter of `n` points uses
+    (1: no lanes; `_masked_leaf_sums` uses none)."""
+    if (not _on_cpu() and n >= _REDUCE_MIN_POINTS) or n < _SCATTER_LANES_MIN_POINTS:
+        return 1
+    return 256 // size
+
+
+def lane_indices(indices, size):
+    """uint8 bin `indices` ``(n,)`` with the scatter's lane of each point in
+    their low bits (as `_leaf_sums` forms them); unchanged without lanes."""
+    n = indices.shape[0]
+    lanes = _scatter_lanes(n, size)
+    if lanes == 1:
+        return indices
+    lane = (jnp.arange(n, dtype=jnp.int32) & (lanes - 1)).astype(jnp.uint8)
+    return (indices << (lanes.bit_length() - 1)) | lane
+
+
+def unlane(indices, size):
+    """The bins of `lane_indices` output."""
+    lanes = _scatter_lanes(indices.shape[0], size)
+    return indices if lanes == 1 else indices >> (lanes.bit_length() - 1)
+
+
+def _leaf_sums_impl(indices, values, size, laned):
     n = indices.shape[0]
     if not _on_cpu() and n >= _REDUCE_MIN_POINTS:
         return _masked_leaf_sums(indices, values, size)
-    lanes = 256 // size if n >= _SCATTER_LANES_MIN_POINTS else 1
-    if lanes > 1:
-        lane = (jnp.arange(n, dtype=jnp.int32) & (lanes - 1)).astype(jnp.uint8)
-        indices = (indices << (lanes.bit_length() - 1)) | lane
+    lanes = _scatter_lanes(n, size)
+    if not laned:
+        indices = lane_indices(indices, size)
     # values (n,) or (n, k): k sums per bin from one scatter (the cost is
     # per point, not per value: a second column is nearly free)
     window = values.shape[1:]
