@@ -503,6 +503,16 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # columns as they are, instead of a copy stacked for every tree (one
     # pass over the data and one kernel less per tree)
     stacked = count_in_scatter and not weighted
+    # at one data block (small n, where a tree costs what its kernels
+    # cost), three changes take 20 kernels per tree to 17: the loop carries
+    # a tree's cells with the scatter's lanes already in their low bits
+    # (`kernels.lane_indices`; the next tree reads the cells back with
+    # `kernels.unlane`) instead of a lane pass beside the carried row; the
+    # cells' statistics are a gather, not a masked reduction; and `same`
+    # enters split by its last axis. With several blocks the first made warm
+    # fits slower (1.13 times at n = 100,000) and the others did not help
+    # (2026-11-26, benchmarks/README.md): that path is unchanged
+    one_block = len(bounds) == 1
 
     def finish(resid, leaf_indices, rows, prev_row, prev_cells, j):
         """Apply tree ``j``'s change to the residuals and to its leaf indices:
@@ -517,7 +527,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         cell_final = jnp.where(accepted, prev_cells[2], prev_cells[1])
         out = []
         for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
-            row = kernels.unlane(row, heap_size)
+            if one_block:
+                row = kernels.unlane(row, heap_size)
             change = _lookup(delta, row)
             if stacked:  # (the ones stay exact: 1 + 0)
                 change = jnp.stack([change, jnp.zeros_like(change)], axis=1)
@@ -541,17 +552,17 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         sums = 0.0
         num_counted = 0
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
-            # the tree's cells with the scatter's lanes, carried to the next
-            # tree as they are (it reads the cells back with `unlane`)
-            laned = kernels.lane_indices(lax.dynamic_slice(leaf_indices, (j, start), (1, stop - start))[0], heap_size)
-            rows.append(laned)
+            row = lax.dynamic_slice(leaf_indices, (j, start), (1, stop - start))[0]
+            if one_block:
+                row = kernels.lane_indices(row, heap_size)
+            rows.append(row)
             if stacked:
-                block_sums = _leaf_sums(laned, block_resid, heap_size, laned=True)
+                block_sums = _leaf_sums(row, block_resid, heap_size, laned=one_block)
             else:
                 columns = [block_resid * block_weights, block_weights] if weighted else [block_resid]
                 if count_in_scatter:
                     columns.append(jnp.ones_like(block_resid))
-                block_sums = _leaf_sums(laned, jnp.stack(columns, axis=1), heap_size, laned=True)
+                block_sums = _leaf_sums(row, jnp.stack(columns, axis=1), heap_size, laned=one_block)
             if count_in_scatter:
                 # every slot's count from the scatter's last column (exact:
                 # fewer than 2**24 points)
@@ -559,7 +570,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
                 sums = block_sums[:, :-1]
                 continue
             sums = sums + block_sums
-            row = kernels.unlane(laned, heap_size)
+            if one_block:
+                row = kernels.unlane(row, heap_size)
             hits = [row.astype(jnp.int32) == counted[a] for a in range(2)]
             if stop - start <= 2**24:
                 # a float sum of 0/1 is exact up to 2**24 and faster than XLA's int reduction
@@ -596,17 +608,29 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         columns = [sums[:, 0] + prec_sum * old_at, prec_sum] + ([count_f] if weighted else [])
         count_col = len(columns) - 1
 
-        # per cell, its statistics: its slot's, in one gather (an unused
-        # cell reads the unused slot 0, zeroed here: padding points count
-        # there). After it, one reduction (the log likelihood ratio) and
+        # per cell, its statistics: at one data block its slot's, in one
+        # gather (an unused cell reads the unused slot 0, zeroed here:
+        # padding points count there); else in one masked reduction over
+        # the heap. After it, one reduction (the log likelihood ratio) and
         # element-wise code, on the heap or on the four cells, with the sums
         # over cells written out: at small n a tree costs what its kernels
         # cost, and every reduction or gather is a kernel (2026-11-24: 26 ->
         # 22 kernels per tree, 10% faster at n = 1,000; 2026-11-26: 20 -> 17,
         # see benchmarks/README.md). A leaf has at most two cells, so these
         # sums are exact whatever their order.
-        per_slot = jnp.where(slot[:, None] == _FLAGS_SLOT, 0.0, jnp.stack(columns, axis=1))  # (H, C)
-        cell_stats = per_slot[jnp.maximum(move.cells, 0)]  # (4, C)
+        if one_block:
+            per_slot = jnp.where(slot[:, None] == _FLAGS_SLOT, 0.0, jnp.stack(columns, axis=1))  # (H, C)
+            cell_stats = per_slot[jnp.maximum(move.cells, 0)]  # (4, C)
+        else:
+            # (XLA's CPU backend splits a reduction of more than 32 values
+            # in two kernels: the heap is summed in halves of at most 32)
+            half = min(heap_size, 32)
+            per_slot = jnp.stack(columns, axis=1)  # (H, C)
+            masked = jnp.where(at_cell.T[:, None, :], per_slot.T[None], 0.0)  # (num_cells, C, H)
+            parts = jnp.sum(masked.reshape(num_cells, len(columns), heap_size // half, half), axis=3)
+            cell_stats = parts[:, :, 0]
+            for i in range(1, parts.shape[2]):
+                cell_stats = cell_stats + parts[:, :, i]  # (4, C)
 
         def over_cells(mask, values):
             """``sum_d where(mask[..., d], values[d], 0)``, written out."""
@@ -621,9 +645,12 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # touched leaves (at most two per tree) enter it, each once, at its
         # first cell (`first`); in the same reduction, the number of leaves
         # of the proposed tree with too few points
-        leaf_stats = 0.0
-        for d in range(num_cells):
-            leaf_stats = leaf_stats + jnp.where(same[d][..., None], cell_stats[d], 0.0)  # (2, 4, C)
+        if one_block:  # (`same` split by its last axis)
+            leaf_stats = 0.0
+            for d in range(num_cells):
+                leaf_stats = leaf_stats + jnp.where(same[d][..., None], cell_stats[d], 0.0)  # (2, 4, C)
+        else:
+            leaf_stats = over_cells(same, cell_stats)  # (2, 4, C)
         marginals = _log_marginal(leaf_stats[..., 0], leaf_stats[..., 1], inv_sigma2, inv_tau2)  # (2, 4)
         too_small = first[1] & (leaf_stats[1, :, count_col] < min_points)
         totals = jnp.sum(
@@ -685,9 +712,10 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     noise_at = jnp.take_along_axis(noise[:, None, :], jnp.clip(leaves, 0, heap_size - 1), axis=2)  # (m, 2, 4)
     # each tree gets the remapped cells of the tree before it (whose change it applies)
     prev_cells = jnp.concatenate([jnp.full((1, 3, 2), -1, jnp.int32), remapped_cells[:-1]])
-    # (`same` by its last axis: the loop reads each part in the kernel that
-    # uses it, where a slice of the whole would be a kernel of its own)
-    same = tuple(same[..., d] for d in range(num_cells))
+    if one_block:
+        # (`same` by its last axis: the loop reads each part in the kernel
+        # that uses it, where a slice of the whole is a kernel of its own)
+        same = tuple(same[..., d] for d in range(num_cells))
     xs = (jnp.arange(num_trees), old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
     num_columns = 3 + keep_prec
     carry = (
@@ -696,7 +724,10 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             for start, stop in bounds
         ),
         cell_indices,
-        tuple(kernels.lane_indices(cell_indices[0, start:stop], heap_size) for start, stop in bounds),
+        tuple(
+            kernels.lane_indices(cell_indices[0, start:stop], heap_size) if one_block else cell_indices[0, start:stop]
+            for start, stop in bounds
+        ),
         jnp.zeros((heap_size, num_columns), jnp.float32),
     )
     carry, outs = lax.scan(body, carry, xs)
