@@ -898,6 +898,29 @@ def test_gpu_kernels_do_not_change_the_chain(monkeypatch, weighted):
     assert_same_chain(cpu, off_cpu)
 
 
+@pytest.mark.parametrize('lanes_from', [0, 2**62])
+def test_laned_indices(monkeypatch, lanes_from):
+    """The sweep carries a tree's cells with the scatter's lanes in their
+    low bits (`kernels.lane_indices`): reading them back (`unlane`) gives
+    the cells, and the scatter of laned indices equals the plain one bit
+    for bit, with and without lanes."""
+    monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', lanes_from)
+    rng = np.random.default_rng(5)
+    n = 1000
+    indices = jnp.asarray(rng.integers(0, 64, size=n), jnp.uint8)
+    values = jnp.asarray(rng.normal(size=(n, 2)), jnp.float32)
+    laned = kernels.lane_indices(indices, 64)
+    assert laned.dtype == jnp.uint8
+    np.testing.assert_array_equal(kernels.unlane(laned, 64), indices)
+    if lanes_from == 0:  # 4 lanes: the low two bits cycle over the points
+        np.testing.assert_array_equal(np.asarray(laned) & 3, np.arange(n) % 4)
+    else:
+        np.testing.assert_array_equal(laned, indices)
+    plain = jax.jit(lambda i, v: mcmcstep._leaf_sums(i, v, 64))(indices, values)
+    from_laned = jax.jit(lambda i, v: mcmcstep._leaf_sums(i, v, 64, laned=True))(laned, values)
+    np.testing.assert_array_equal(from_laned, plain)
+
+
 @pytest.mark.parametrize('num', [3, 20])
 @pytest.mark.parametrize('n', [100, 5000])
 def test_leaf_sums_and_lookup_under_vmap(num, n):
