@@ -633,10 +633,12 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
                 cell_stats = cell_stats + parts[:, :, i]  # (4, C)
 
         def over_cells(mask, values):
-            """``sum_d where(mask[..., d], values[d], 0)``, written out."""
+            """``sum_d where(mask[..., d], values[d], 0)``, written out
+            (`mask` may also be the tuple of its ``mask[..., d]``)."""
             total = 0.0
             for d in range(num_cells):
-                total = total + jnp.where(mask[..., d, None], values[d], 0.0)
+                mask_d = mask[d] if isinstance(mask, tuple) else mask[..., d]
+                total = total + jnp.where(mask_d[..., None], values[d], 0.0)
             return total
 
         # the statistics of each cell's leaf in the current (row 0) and in
@@ -645,12 +647,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # touched leaves (at most two per tree) enter it, each once, at its
         # first cell (`first`); in the same reduction, the number of leaves
         # of the proposed tree with too few points
-        if one_block:  # (`same` split by its last axis)
-            leaf_stats = 0.0
-            for d in range(num_cells):
-                leaf_stats = leaf_stats + jnp.where(same[d][..., None], cell_stats[d], 0.0)  # (2, 4, C)
-        else:
-            leaf_stats = over_cells(same, cell_stats)  # (2, 4, C)
+        leaf_stats = over_cells(same, cell_stats)  # (2, 4, C)
         marginals = _log_marginal(leaf_stats[..., 0], leaf_stats[..., 1], inv_sigma2, inv_tau2)  # (2, 4)
         too_small = first[1] & (leaf_stats[1, :, count_col] < min_points)
         totals = jnp.sum(
