@@ -62,3 +62,37 @@ def test_peers_rejects_rounds_below_one():
 def test_peers_rejects_bad_moves(moves):
     expected = f'--moves must include grow and prune, among grow,prune,change,swap; got {moves}'
     assert expected in _peers_usage_error('--moves', moves)
+
+
+def test_kernels_rejects_bad_sizes():
+    proc = subprocess.run(
+        [sys.executable, 'benchmarks/kernels.py', '--n', '0'], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 2
+    assert '--n must be at least 1, got 0' in proc.stderr
+
+
+@pytest.mark.slow
+def test_kernels_attributes_the_loop_to_its_source():
+    """`kernels.py` compiles a small fit and finds the loop over trees (a
+    loop body inside the loop over iterations) and bartz's source lines."""
+    env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+    proc = subprocess.run(
+        [sys.executable, 'benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5'],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    total = int(out.split(' kernels in ')[0].rsplit('\n', 1)[-1])
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ['kernels', 'copies'])
+    end = lines.index('', header)
+    rows = [line.split() for line in lines[header + 1 : end]]
+    assert sum(int(r[0]) for r in rows) == total
+    assert any(r[2:4] == ['body', '2'] for r in rows), out
+    assert 'mcmcstep.py:' in out and 'moves.py:' in out

@@ -1,0 +1,241 @@
+"""Where the kernels of a compiled `gbart` program come from.
+
+Run from the repository root:
+
+    .venv/bin/python benchmarks/kernels.py
+    .venv/bin/python benchmarks/kernels.py --n 100000 --lines 40
+    .venv/bin/python benchmarks/kernels.py --moves grow,prune --depth 2
+
+A first fit compiles one program, the MCMC loop, and on CPU its XLA
+compile time grows with its number of kernels (fusions and the other
+thunks of XLA's CPU runtime; see `benchmarks/README.md`), while at small n
+the loop's run time grows with the kernels of its loop bodies. This script
+fits `gbart` once in a fresh process with the compilation caches off
+(``BARTZ_COMPILATION_CACHE=0``) and XLA's dump of the optimised program on
+(``--xla_dump_to``, a temporary directory), then prints:
+
+- the compile times JAX reports (tracing, lowering, XLA);
+- per computation of the loop program that runs kernels, its number of
+  kernels, of which copies (XLA's copy insertion); a computation is the
+  ``entry``, or a loop ``body`` (or ``condition``), a ``branch`` of a
+  conditional or a ``call``, with its nesting depth: in `gbart`'s loop,
+  ``body 1`` is the loop over iterations and the ``body 2`` computations
+  are the loops inside an iteration (over the trees, the rejection loop of
+  the gamma draw of sigma);
+- per line of bartz's source (the innermost bartz frames of each kernel's
+  stack, ``--depth`` of them), the number of kernels it made, by
+  computation.
+
+A kernel is any instruction of a non-fused computation but parameters,
+tuples, their elements, constants and bitcasts (free in XLA's CPU runtime).
+The dump is XLA's text format (the file ``*.cpu_after_optimizations.txt``),
+whose stack frame tables resolve each kernel's ``stack_frame_id``.
+"""
+
+import argparse
+import collections
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+_FREE = frozenset({'parameter', 'get-tuple-element', 'tuple', 'constant', 'bitcast'})
+_TABLES = ('FileNames', 'FunctionNames', 'FileLocations', 'StackFrames')
+
+
+def _fit(args, dump_dir):
+    """Fit in a fresh process with the dump on; returns JAX's compile events."""
+    code = f"""
+import collections, json, sys, warnings
+import jax
+events = collections.Counter()
+jax.monitoring.register_event_duration_secs_listener(lambda name, secs, **kw: events.update({{name: secs}}))
+import numpy as np
+import bartz
+rng = np.random.default_rng(0)
+x = rng.uniform(size=({args.n}, {args.p}))
+y = np.sin(3 * x[:, 0]) + x[:, -1] + 0.3 * rng.normal(size={args.n})
+extra = {{}} if {args.moves!r} is None else {{'moves': tuple({args.moves!r}.split(','))}}
+with warnings.catch_warnings():
+    warnings.simplefilter('ignore')
+    bartz.gbart(x, y, nskip={args.nskip}, ndpost={args.ndpost}, printevery=None, seed=0, **extra)
+print(json.dumps(dict(events)))
+"""
+    env = dict(os.environ)
+    env['BARTZ_COMPILATION_CACHE'] = '0'
+    env.pop('JAX_COMPILATION_CACHE_DIR', None)
+    env['XLA_FLAGS'] = f'{env.get("XLA_FLAGS", "")} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text'.strip()
+    proc = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.exit(f'the fit failed:\n{proc.stderr[-3000:]}')
+    import json  # noqa: PLC0415
+
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _table(lines, name):
+    """One of the dump's id tables: ``{id: text}``."""
+    start = lines.index(name) + 1
+    out = {}
+    for line in lines[start:]:
+        match = re.match(r'(\d+) (.*)', line)
+        if not match:
+            break
+        out[int(match.group(1))] = match.group(2)
+    return out
+
+
+def _frames(text):
+    """``stack_frame_id -> [(file, function, line), ...]``, innermost first."""
+    lines = text.split('\n')
+    if not all(name in lines for name in _TABLES):
+        return lambda frame_id: []
+    files = {k: v.strip('"').rsplit('/', 1)[-1] for k, v in _table(lines, 'FileNames').items()}
+    functions = {k: v.strip('"') for k, v in _table(lines, 'FunctionNames').items()}
+    locations = {}
+    for k, v in _table(lines, 'FileLocations').items():
+        fields = dict(re.findall(r'(\w+)=(\d+)', v))
+        locations[k] = (files[int(fields['file_name_id'])], functions[int(fields['function_name_id'])], int(fields['line']))
+    parents = {}
+    for k, v in _table(lines, 'StackFrames').items():
+        fields = dict(re.findall(r'(\w+)=(\d+)', v))
+        parents[k] = (int(fields['file_location_id']), int(fields['parent_frame_id']))
+
+    def stack(frame_id):
+        out = []
+        while frame_id in parents and len(out) < 64:
+            location, parent = parents[frame_id]
+            out.append(locations[location])
+            if parent == frame_id:
+                break
+            frame_id = parent
+        return out
+
+    return stack
+
+
+def _computations(text):
+    """``{name: [instruction lines]}`` of the computations, and where those
+    that run kernels of their own sit: ``{name: (role, caller)}``, the role
+    ``'body'``, ``'condition'``, ``'branch'`` or ``'call'`` (the callees of
+    fusions and of reductions' and scatters' ``to_apply`` are code inside a
+    kernel)."""
+    comps, roles = {}, {}
+    for block in re.split(r'\n(?=\S)', text):
+        head = block.split('\n', 1)[0]
+        if not head.rstrip().endswith('{'):
+            continue
+        name = 'ENTRY' if head.startswith('ENTRY') else head.split(' ', 1)[0].lstrip('%')
+        comps[name] = block.split('\n')[1:]
+        for line in comps[name]:
+            match = re.match(r'\s*(?:ROOT )?%?\S+ = .*? (while|conditional|call)\(', line)
+            if not match:
+                continue
+            for role, target in re.findall(r'(body|condition)=%([\w.\-]+)', line):
+                roles[target] = (role, name)
+            for targets in re.findall(r'branch_computations=\{([^}]*)\}', line):
+                for target in re.findall(r'%([\w.\-]+)', targets):
+                    roles[target] = ('branch', name)
+            for target in re.findall(r'(?:true|false)_computation=%([\w.\-]+)', line):
+                roles[target] = ('branch', name)
+            if match.group(1) == 'call':
+                for target in re.findall(r'to_apply=%([\w.\-]+)', line):
+                    roles[target] = ('call', name)
+    return comps, roles
+
+
+def _where(name, roles):
+    """How `name` is reached from the entry: ``'entry'``, ``'body 1'`` (a
+    loop body in the entry), ``'body 2'`` (in a loop body)..."""
+    if name not in roles:
+        return 'entry'
+    role, caller = roles[name]
+    depth = 1
+    while caller in roles and depth < 16:
+        depth += 1
+        caller = roles[caller][1]
+    return f'{role} {depth}'
+
+
+def _kernels(body):
+    """The kernel instructions of a computation: ``(opcode, line)``."""
+    out = []
+    for line in body:
+        match = re.match(r'\s*(?:ROOT )?%?\S+ = .*? ([a-z][a-z0-9\-]*)\(', line)
+        if match and match.group(1) not in _FREE:
+            out.append((match.group(1), line))
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--n', type=int, default=1000, help='training points (default 1000)')
+    parser.add_argument('--p', type=int, default=10, help='predictors (default 10)')
+    parser.add_argument('--nskip', type=int, default=10)
+    parser.add_argument('--ndpost', type=int, default=10)
+    parser.add_argument('--moves', default=None, help="comma-separated moves, e.g. 'grow,prune' (default: gbart's)")
+    parser.add_argument('--depth', type=int, default=1, help='bartz frames per source entry (default 1)')
+    parser.add_argument('--lines', type=int, default=30, help='source lines to print per computation (default 30)')
+    parser.add_argument('--dump', default=None, help='keep the dump in this directory (default: a temporary one)')
+    args = parser.parse_args(argv)
+    for name in ('n', 'p', 'ndpost', 'depth', 'lines'):
+        if getattr(args, name) < 1:
+            parser.error(f'--{name} must be at least 1, got {getattr(args, name)}')
+    if args.nskip < 0:
+        parser.error(f'--nskip must be at least 0, got {args.nskip}')
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dump_dir = pathlib.Path(args.dump or tmp)
+        events = _fit(args, dump_dir)
+        dumps = sorted(dump_dir.glob('*.cpu_after_optimizations.txt'), key=lambda f: f.stat().st_size)
+        if not dumps:
+            sys.exit(f'no optimised CPU program in {dump_dir} (this script reads the CPU backend)')
+        path = dumps[-1]  # the largest program: the MCMC loop
+        text = path.read_text()
+
+    def seconds(suffix):
+        return sum(v for k, v in events.items() if k.endswith(suffix))
+
+    print(f'gbart n={args.n} p={args.p} moves={args.moves or "default"}: program {path.name.split(".")[1]}')
+    print(
+        f'compile: tracing {seconds("jaxpr_trace_duration"):.2f} s, lowering '
+        f'{seconds("jaxpr_to_mlir_module_duration"):.2f} s, XLA {seconds("backend_compile_duration"):.2f} s '
+        '(all programs of the fit)'
+    )
+    stack = _frames(text)
+    comps, roles = _computations(text)
+    rows = []
+    for name, body in comps.items():
+        kernels = _kernels(body)
+        if kernels and (name == 'ENTRY' or name in roles):
+            rows.append((name, _where(name, roles), kernels))
+    total = sum(len(k) for _, _, k in rows)
+    print(f'{total} kernels in {len(rows)} computations\n')
+    print(f'{"kernels":>7} {"copies":>6}  {"role":<9} computation')
+    for name, role, kernels in sorted(rows, key=lambda r: -len(r[2])):
+        copies = sum(op == 'copy' for op, _ in kernels)
+        print(f'{len(kernels):>7} {copies:>6}  {role:<9} {name[:70]}')
+
+    for name, role, kernels in sorted(rows, key=lambda r: -len(r[2])):
+        if len(kernels) < 3:
+            continue
+        by_line, by_file = collections.Counter(), collections.Counter()
+        for op, line in kernels:
+            match = re.search(r'stack_frame_id=(\d+)', line)
+            frames = stack(int(match.group(1))) if match else []
+            ours = [f'{file}:{line_no} {function}' for file, function, line_no in frames if file.endswith('.py')]
+            by_line[' < '.join(ours[: args.depth]) or f'({op}, no source)'] += 1
+            by_file[ours[0].split(':', 1)[0] if ours else '(no source)'] += 1
+        print(f'\n{role} {name[:60]}: {len(kernels)} kernels')
+        print('by file: ' + ', '.join(f'{file} {count}' for file, count in by_file.most_common()))
+        print('by source line:')
+        for where, count in by_line.most_common(args.lines):
+            print(f'{count:>5}  {where}')
+        if len(by_line) > args.lines:
+            print(f'{sum(c for _, c in by_line.most_common()[args.lines:]):>5}  ({len(by_line) - args.lines} other lines)')
+
+
+if __name__ == '__main__':
+    main()
