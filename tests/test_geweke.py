@@ -295,7 +295,7 @@ def _case(kind, seed, moves, slow):
 
 GEWEKE_CASES = [
     _case('continuous', 0, 'default-moves', slow=False),
-    _case('probit', 0, 'default-moves', slow=False),
+    _case('probit', 0, 'default-moves', slow=True),
     _case('weighted', 0, 'default-moves', slow=True),
     _case('continuous', 1, 'default-moves', slow=True),
     _case('probit', 1, 'default-moves', slow=True),

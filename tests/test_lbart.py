@@ -113,6 +113,7 @@ def root_state(y, offset, tau2):
     )
 
 
+@pytest.mark.slow  # statistical (55 s with its compilation)
 @pytest.mark.no_key_reuse_check
 @pytest.mark.parametrize('seed', [0, 1])
 def test_root_leaf_posterior_matches_quadrature(seed):
@@ -282,6 +283,7 @@ def test_lbart_same_draws_on_mesh():
     np.testing.assert_allclose(fit.prob_test, ref.prob_test, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # statistical (35 s with its compilation); test_lbart_result stays in the default run
 @pytest.mark.parametrize('seed', [0, 1, 2])
 def test_lbart_recovers_probability(seed):
     """P(y = 1 | x) on simulated logistic data, with R's defaults: the

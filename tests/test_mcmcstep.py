@@ -555,9 +555,9 @@ def posterior_test_pvalue(runner, data, weighted, start, seed, moves='default'):
 @pytest.mark.parametrize(
     ('weighted', 'start', 'moves'),
     [
-        # the default moves here, the other move settings with the slow tests
+        # the default moves unweighted here, the rest with the slow tests
         *(
-            (w, 'posterior', m) if m == 'default' else pytest.param(w, 'posterior', m, marks=pytest.mark.slow)
+            (w, 'posterior', m) if (m, w) == ('default', False) else pytest.param(w, 'posterior', m, marks=pytest.mark.slow)
             for w in (True, False)
             for m in MOVE_SETTINGS
         ),

@@ -110,9 +110,9 @@ def _run_chains(xbin, y, key, num_chains, num_iters, moves=None):
 @pytest.mark.parametrize(
     ('seed', 'moves'),
     [
-        # one seed of the default moves in the default run, the rest (20-30 s
-        # each, mostly compilation) with the slow tests
-        (0, None),
+        # all with the slow tests (the first one compiles for about a
+        # minute; the default run keeps test_tree_posterior_exact's guard)
+        pytest.param(0, None, marks=pytest.mark.slow),
         pytest.param(1, None, marks=pytest.mark.slow),
         pytest.param(2, None, marks=pytest.mark.slow),
         pytest.param(0, ('grow', 'prune'), marks=pytest.mark.slow),

@@ -129,6 +129,7 @@ def test_caches_exact_after_20000_sweeps(long_runs, weighted):
         assert state.forest.leaf_prec is None
 
 
+@pytest.mark.slow  # the four long runs of `long_runs` (a minute with their compilation)
 @pytest.mark.parametrize('weighted', [False, True])
 def test_drift_grows_without_refresh(long_runs, weighted):
     """Without the refresh, the residual error is a random walk over all
