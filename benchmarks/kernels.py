@@ -19,9 +19,9 @@ fits `gbart` once in a fresh process with the compilation caches off
   kernels, of which copies (XLA's copy insertion); a computation is the
   ``entry``, or a loop ``body`` (or ``condition``), a ``branch`` of a
   conditional or a ``call``, with its nesting depth: in `gbart`'s loop,
-  ``body 1`` is the loop over iterations and the ``body 2`` computations
-  are the loops inside an iteration (over the trees, the rejection loop of
-  the gamma draw of sigma);
+  ``body 1`` is the loop over iterations and ``body 2`` the loop over
+  trees inside it (a call counts as a level: the rejection loop of sigma's
+  gamma draw is a ``body 3``);
 - per line of bartz's source (the innermost bartz frames of each kernel's
   stack, ``--depth`` of them), the number of kernels it made, by
   computation.
@@ -34,6 +34,7 @@ whose stack frame tables resolve each kernel's ``stack_frame_id``.
 
 import argparse
 import collections
+import json
 import os
 import pathlib
 import re
@@ -70,8 +71,6 @@ print(json.dumps(dict(events)))
     proc = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f'the fit failed:\n{proc.stderr[-3000:]}')
-    import json  # noqa: PLC0415
-
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

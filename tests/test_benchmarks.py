@@ -13,21 +13,22 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _run_script(*args, drop_env=(), timeout=600):
+    """Run ``benchmarks/<args>`` with this Python from the repository root,
+    without the environment variables `drop_env`."""
+    env = {k: v for k, v in os.environ.items() if k not in drop_env}
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 @pytest.mark.slow
 def test_speed_gbart_section_in_fresh_processes(tmp_path):
     """`speed.py --sections gbart` times gbart in-process and, through
     `peers.py`'s harness, in fresh processes: every workload has a time."""
     out = tmp_path / 'speed.json'
-    env = {k: v for k, v in os.environ.items() if k not in ('XLA_FLAGS', 'JAX_COMPILATION_CACHE_DIR')}
-    proc = subprocess.run(
-        [sys.executable, 'benchmarks/speed.py', '--quick', '--sections', 'gbart', '--out-json', str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    args = ('benchmarks/speed.py', '--quick', '--sections', 'gbart', '--out-json', str(out))
+    proc = _run_script(*args, drop_env=('XLA_FLAGS', 'JAX_COMPILATION_CACHE_DIR'))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'gbart end to end in fresh processes' in proc.stdout
     results = json.loads(out.read_text())
@@ -42,14 +43,7 @@ def test_speed_gbart_section_in_fresh_processes(tmp_path):
 
 def _peers_usage_error(*args):
     """The stderr of `peers.py` with `args`, which must exit with a usage error."""
-    proc = subprocess.run(
-        [sys.executable, 'benchmarks/peers.py', *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = _run_script('benchmarks/peers.py', *args, timeout=120)
     assert proc.returncode == 2
     return proc.stderr
 
@@ -65,9 +59,7 @@ def test_peers_rejects_bad_moves(moves):
 
 
 def test_kernels_rejects_bad_sizes():
-    proc = subprocess.run(
-        [sys.executable, 'benchmarks/kernels.py', '--n', '0'], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
-    )
+    proc = _run_script('benchmarks/kernels.py', '--n', '0', timeout=120)
     assert proc.returncode == 2
     assert '--n must be at least 1, got 0' in proc.stderr
 
@@ -76,16 +68,8 @@ def test_kernels_rejects_bad_sizes():
 def test_kernels_attributes_the_loop_to_its_source():
     """`kernels.py` compiles a small fit and finds the loop over trees (a
     loop body inside the loop over iterations) and bartz's source lines."""
-    env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
-    proc = subprocess.run(
-        [sys.executable, 'benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5'],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    args = ('benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5')
+    proc = _run_script(*args, drop_env=('XLA_FLAGS',))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     total = int(out.split(' kernels in ')[0].rsplit('\n', 1)[-1])
