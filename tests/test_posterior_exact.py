@@ -106,18 +106,19 @@ def _run_chains(xbin, y, key, num_chains, num_iters, moves=None):
     return [tuple((node, int(s)) for node, s in enumerate(row) if s) for row in split]
 
 
+# slow (the first case compiles for about a minute); the default run keeps
+# test_mcmcstep.py's test_tree_posterior_exact as the guard of the posterior
+@pytest.mark.slow
 @pytest.mark.no_key_reuse_check
 @pytest.mark.parametrize(
     ('seed', 'moves'),
     [
-        # all with the slow tests (the first one compiles for about a
-        # minute; the default run keeps test_tree_posterior_exact's guard)
-        pytest.param(0, None, marks=pytest.mark.slow),
-        pytest.param(1, None, marks=pytest.mark.slow),
-        pytest.param(2, None, marks=pytest.mark.slow),
-        pytest.param(0, ('grow', 'prune'), marks=pytest.mark.slow),
-        pytest.param(1, {'grow': 0.1, 'prune': 0.1, 'change': 0.8}, marks=pytest.mark.slow),
-        pytest.param(2, {'grow': 0.1, 'prune': 0.1, 'swap': 0.8}, marks=pytest.mark.slow),
+        (0, None),
+        (1, None),
+        (2, None),
+        (0, ('grow', 'prune')),
+        (1, {'grow': 0.1, 'prune': 0.1, 'change': 0.8}),
+        (2, {'grow': 0.1, 'prune': 0.1, 'swap': 0.8}),
     ],
     ids=['default0', 'default1', 'default2', 'growprune', 'change', 'swap'],
 )
