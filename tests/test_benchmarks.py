@@ -80,3 +80,56 @@ def test_kernels_attributes_the_loop_to_its_source():
     assert sum(int(r[0]) for r in rows) == total
     assert any(r[2:4] == ['body', '2'] for r in rows), out
     assert 'mcmcstep.py:' in out and 'moves.py:' in out
+
+
+def _device_profile():
+    """`benchmarks/device_profile.py` as a module (it is a script, not a package)."""
+    import importlib.util  # noqa: PLC0415
+
+    path = os.path.join(REPO, 'benchmarks', 'device_profile.py')
+    spec = importlib.util.spec_from_file_location('device_profile', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_device_profile_reads_device_streams_of_a_perfetto_trace(tmp_path):
+    """Only the device processes' complete events count, per stream and
+    per kernel, per iteration; host events and metadata do not."""
+    import gzip  # noqa: PLC0415
+
+    meta = [
+        {'ph': 'M', 'name': 'process_name', 'pid': 1, 'args': {'name': '/device:GPU:0'}},
+        {'ph': 'M', 'name': 'process_name', 'pid': 2, 'args': {'name': '/host:CPU'}},
+        {'ph': 'M', 'name': 'thread_name', 'pid': 1, 'tid': 7, 'args': {'name': 'Stream #14(Compute)'}},
+        {'ph': 'M', 'name': 'thread_name', 'pid': 1, 'tid': 8, 'args': {'name': 'Stream #15(MemcpyH2D)'}},
+    ]
+    kernels = [('fusion_a', 7, 3.0), ('fusion_b', 7, 1.0), ('fusion_a', 7, 5.0), ('MemcpyH2D', 8, 2.0)]
+    events = [
+        {'ph': 'X', 'pid': 1, 'tid': tid, 'name': name, 'dur': dur, 'ts': 10.0 * i}
+        for i, (name, tid, dur) in enumerate(kernels)
+    ]
+    events.append({'ph': 'X', 'pid': 2, 'tid': 1, 'name': 'host_work', 'dur': 1000.0, 'ts': 0.0})
+    folder = tmp_path / 'plugins' / 'profile' / 'run'
+    folder.mkdir(parents=True)
+    with gzip.open(folder / 'perfetto_trace.json.gz', 'wt') as f:
+        json.dump({'traceEvents': meta + events}, f)
+
+    module = _device_profile()
+    found = module.device_events(tmp_path)
+    assert sorted(found) == sorted(
+        [('Stream #14(Compute)', name, dur, 10.0 * i) for i, (name, tid, dur) in enumerate(kernels) if tid == 7]
+        + [('Stream #15(MemcpyH2D)', 'MemcpyH2D', 2.0, 30.0)]
+    )
+    lines = module.report(found, iterations=2, top=2)
+    # streams by busy time: 9 us over 2 iterations, spanning 0-21 us
+    assert lines[1] == 'Stream #14(Compute) | 1.5 | 0.0 (4) | 0.0'
+    assert lines[2].startswith('Stream #15(MemcpyH2D) | 0.5 |')
+    # kernels by total time, the top 2
+    assert lines[-2:] == ['0.0 | 2 | 4.00 | 1.0 | fusion_a', '0.0 | 1 | 2.00 | 0.5 | MemcpyH2D']
+
+
+def test_device_profile_rejects_bad_sizes():
+    proc = _run_script('benchmarks/device_profile.py', '--ndpost', '0', timeout=120)
+    assert proc.returncode == 2
+    assert '--ndpost must be at least 1, got 0' in proc.stderr
