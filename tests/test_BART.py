@@ -561,6 +561,7 @@ def test_converged_fit_does_not_warn(seed):
     assert table.loc['sigma', 'ess_bulk'] > 100
 
 
+@pytest.mark.slow
 def test_diagnostics_from_x_train_without_saved_draws():
     """A binary fit with ``save_yhat_train=False`` has no sigma and no saved
     draws: ``diagnostics(x_train)`` computes the rows of f from the trees,

@@ -199,6 +199,7 @@ def _root():
     return Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_moves_and_warmstart_reach_gbart(regression_data, monkeypatch):
     """The estimators pass `moves` and `warmstart` to `bartz.gbart`, which
     validates them (a bad value fails at fit, naming the argument)."""

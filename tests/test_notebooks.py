@@ -24,6 +24,7 @@ def test_there_are_notebooks():
     assert _NOTEBOOKS, 'no notebooks/*.py found'
 
 
+@pytest.mark.slow  # (the demo's test runs the main job end to end in the default run)
 @pytest.mark.parametrize('path', _NOTEBOOKS, ids=[p.name for p in _NOTEBOOKS])
 def test_notebook_runs(path, tmp_path):
     env = dict(os.environ)

@@ -106,7 +106,7 @@ MESHES = [
     pytest.param('wbart', 2, 2, id='wbart-chains2xdata2'),
     pytest.param('wbart', 1, 2, id='wbart-data2-padded', marks=slow),
     pytest.param('wbart', 1, 4, id='wbart-data4-padded', marks=slow),
-    pytest.param('pbart', 1, 3, id='pbart-data3-padded'),
+    pytest.param('pbart', 1, 3, id='pbart-data3-padded', marks=slow),  # (wbart-data3-padded is the default run's)
     pytest.param('pbart', 2, 1, id='pbart-chains2', marks=slow),
     pytest.param('pbart', 1, 2, id='pbart-data2-padded', marks=slow),
     pytest.param('pbart', 1, 4, id='pbart-data4-padded', marks=slow),

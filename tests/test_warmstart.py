@@ -63,7 +63,10 @@ def chain(state, c):
 
 
 SLOW = pytest.mark.slow
-CONSISTENT_CASES = [(kind, 3, None) if kind != 'logistic' else pytest.param(kind, 3, None, marks=SLOW) for kind in KINDS] + [
+# (warm starts of probit, weighted and logistic fits: the slow run; the
+# default run has the continuous and padded ones, and probit from the prior)
+_SLOW_WARM = {'probit', 'weighted', 'logistic'}
+CONSISTENT_CASES = [pytest.param(kind, 3, None, marks=SLOW) if kind in _SLOW_WARM else (kind, 3, None) for kind in KINDS] + [
     ('continuous', 0, 'prior'),
     ('probit', 0, 'prior'),
     pytest.param('weighted', 0, 'prior', marks=SLOW),
