@@ -428,8 +428,31 @@ def bin_predictors_np(x: np.ndarray, splits: np.ndarray) -> np.ndarray:
     n, p = x.shape
     num_cuts = np.sum(splits < np.inf, axis=1)
     out = np.empty((p, n), dtype=binned_dtype(splits.shape[1]))
+    # A branch-free binary search, one step for all points at a time: the
+    # bin is the number of cut-points <= x, found bit by bit in a table
+    # padded with +inf to a power of two. numpy's searchsorted mispredicts
+    # a branch per step and point on unsorted data: 2.6 times slower at
+    # n = 100,000 (benchmarks/README.md, 2026-11-27). NaN compares false
+    # and +inf counts the padding: both get bin K_j, as with searchsorted.
+    size = 1 << splits.shape[1].bit_length()  # > max_K: the last entry is +inf
+    table = np.full(size, np.inf, splits.dtype)
+    idx, probe = np.empty(n, np.int32), np.empty(n, np.int32)
+    below, values = np.empty(n, bool), np.empty(n, splits.dtype)
     for j in range(p):
-        out[j] = np.searchsorted(splits[j, : num_cuts[j]], x[:, j], side='right')
+        table[: num_cuts[j]] = splits[j, : num_cuts[j]]
+        table[num_cuts[j] :] = np.inf
+        col = np.ascontiguousarray(x[:, j])
+        idx[:] = 0
+        step = size // 2
+        while step:
+            np.add(idx, step - 1, out=probe)
+            np.take(table, probe, out=values)
+            np.less_equal(values, col, out=below)
+            idx += below.view(np.uint8).astype(np.int32) << (step.bit_length() - 1)
+            step //= 2
+        np.minimum(idx, num_cuts[j], out=idx)
+        idx[np.isnan(col)] = num_cuts[j]
+        out[j] = idx
     return out
 
 

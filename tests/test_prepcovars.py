@@ -290,6 +290,31 @@ class TestBinning:
             bin_predictors(jnp.zeros((2, 10)), s.splits)
 
 
+@pytest.mark.parametrize('max_k', [1, 7, 255, 256, 1000])
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_binning_matches_searchsorted_at_edge_values(max_k, seed):
+    """The host binning (a branch-free binary search) gives numpy's
+    ``searchsorted(cuts, x, side='right')`` bin by bin: at the cut-points
+    themselves, +-0, +-inf, NaN and beyond float32, with rows of no, some
+    and all cut-points, and for uint16 bins."""
+    rng = np.random.default_rng(seed)
+    p = 4
+    splits = np.full((p, max_k), np.inf, np.float32)
+    for j, k in enumerate([0, max_k, rng.integers(1, max_k + 1), max_k // 2]):
+        cuts = np.unique(rng.normal(size=k).astype(np.float32))
+        splits[j, : cuts.size] = cuts
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e39, -1e39]
+    pool = np.concatenate([splits[np.isfinite(splits)], rng.normal(size=50), special])
+    x = rng.choice(pool, size=(500, p))
+    bins = bin_predictors_np(x, splits)
+    assert bins.dtype == binned_dtype(max_k)
+    with np.errstate(over='ignore'):
+        x32 = x.astype(np.float32)
+    for j in range(p):
+        cuts = splits[j][np.isfinite(splits[j])]
+        np.testing.assert_array_equal(bins[j], np.searchsorted(cuts, x32[:, j], side='right'))
+
+
 def test_binned_dtype():
     assert binned_dtype(0) == np.uint8
     assert binned_dtype(255) == np.uint8
