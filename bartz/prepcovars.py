@@ -430,9 +430,9 @@ def bin_predictors_np(x: np.ndarray, splits: np.ndarray) -> np.ndarray:
     out = np.empty((p, n), dtype=binned_dtype(splits.shape[1]))
     # A branch-free binary search, one step for all points at a time: the
     # bin is the number of cut-points <= x, found bit by bit in a table
-    # padded with +inf to a power of two. numpy's searchsorted mispredicts
-    # a branch per step and point on unsorted data: 2.6 times slower at
-    # n = 100,000 (benchmarks/README.md, 2026-11-27). NaN compares false
+    # padded with +inf to a power of two. numpy's searchsorted, which
+    # branches per step, was 2.2 times slower on unsorted data at n =
+    # 100,000 (benchmarks/README.md, 2026-11-27). NaN compares false
     # and +inf counts the padding: both get bin K_j, as with searchsorted.
     size = 1 << splits.shape[1].bit_length()  # > max_K: the last entry is +inf
     table = np.full(size, np.inf, splits.dtype)
