@@ -12,7 +12,7 @@ second, identical fit, then fits once more under JAX's profiler
 (``jax.profiler.trace``, with its perfetto trace) and prints, from the
 trace's device events:
 
-- the wall time of the untimed and of the traced fit;
+- the wall time of the second fit and of the traced one;
 - per device stream, its events per iteration, the time its kernels were
   busy (per iteration) and the span from its first to its last event;
 - the ``--top`` kernels by total time: count, mean time, count per
