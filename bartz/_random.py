@@ -15,6 +15,10 @@ from jax import lax, random
 from jax import numpy as jnp
 from jax.scipy.special import ndtri
 
+from bartz import _programs
+
+
+@_programs.inlined
 def _threefry2x32(key0, key1, x0, x1):
     """The Threefry-2x32 block cipher (20 rounds; Salmon et al. 2011), the
     generator of JAX's default keys, written out in array operations.
@@ -121,6 +125,7 @@ def _gamma(key, alpha):
     d = shape - 1.0 / 3.0
     c = lax.rsqrt(9.0 * d)
 
+    @_programs.inlined
     def body(carry):
         counter, _, _ = carry
         u_normal, u_accept = uniforms(counter)

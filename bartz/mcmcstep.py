@@ -71,7 +71,7 @@ from jax import lax, random
 from jax import numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
-from bartz import grove, kernels, polyagamma
+from bartz import _programs, grove, kernels, polyagamma
 from bartz._random import (  # noqa: F401 (fold_in is public here; the others are used by tests and peers)
     _gamma,
     _normal_from_words,
@@ -400,7 +400,8 @@ def propose_moves(key, state: State) -> Moves:
     u = _uniform(key, (num_trees, 4))
     move_probs = _move_probs(state)
     kinds = ALL_KINDS if state.move_kinds is None else state.move_kinds.enabled
-    return jax.vmap(functools.partial(_propose_tree, kinds=kinds), in_axes=(0, 0, 0, None, None, None, None))(
+    propose = jax.vmap(functools.partial(_propose_tree, kinds=kinds), in_axes=(0, 0, 0, None, None, None, None))
+    return _programs.inlined(propose)(
         u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
     )
 
@@ -514,6 +515,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # (2026-11-26, benchmarks/README.md): that path is unchanged
     one_block = len(bounds) == 1
 
+    @_programs.inlined
     def finish(resid, leaf_indices, rows, prev_row, prev_cells, j):
         """Apply tree ``j``'s change to the residuals and to its leaf indices:
         ``old - new`` value by slot (the last column of its output row
@@ -540,6 +542,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None].astype(leaf_indices.dtype), (j, start))
         return tuple(out), leaf_indices
 
+    @_programs.inlined
     def body(carry, tree):
         # The previous tree's change is applied here rather than at the end of
         # its own iteration: one pass over the data per tree.
@@ -774,6 +777,7 @@ def _leaf_draw(stats, noise, inv_sigma2, inv_tau2):
     return post_mean + noise * lax.rsqrt(post_prec)
 
 
+@_programs.inlined
 def _accept_and_noise(key, num_trees, heap_size):
     """Log acceptance uniforms ``(m,)`` and standard normal leaf noise ``(m, H)``."""
     words = _random_words(key, num_trees * (1 + 2 * heap_size))

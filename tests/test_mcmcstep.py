@@ -21,6 +21,7 @@ are iid across trees and chi-square / KS tests are valid as they are.
 
 import functools
 import itertools
+import re
 
 import jax
 import numpy as np
@@ -1269,3 +1270,32 @@ def test_prior_and_posterior_tests_have_power_per_move(monkeypatch, small_data, 
     else:
         pvalue = posterior_test_pvalue(make_fixed_sigma2_runner(), small_data, True, 'posterior', 11, setting)
     assert pvalue < P_MIN, pvalue
+
+
+def _nested_jits(jaxpr) -> int:
+    return len(re.findall(r'\bjit\[', str(jaxpr)))
+
+
+def test_proposal_and_tree_loop_trace_numpy_inline(small_data):
+    """The proposal and the loop body over trees are traced with the jitted
+    helpers of `jax.numpy` inline (`bartz._programs.inlined`): no nested jit
+    in their jaxprs (each costs tracing and lowering in a first fit), and the
+    same moves as the proposal traced the usual way, which has them."""
+    X, max_split, y, _ = small_data
+    state = mcmcstep.init(X=jnp.asarray(X), max_split=jnp.asarray(max_split), y=jnp.asarray(y), num_trees=3, leaf_prior_var=0.1)
+    key = random.key(1)
+
+    assert _nested_jits(jax.make_jaxpr(mcmcstep.propose_moves)(key, state)) == 0
+    (scan,) = [eqn for eqn in jax.make_jaxpr(mcmcstep.step)(key, state).jaxpr.eqns if eqn.primitive.name == 'scan']
+    assert _nested_jits(scan.params['jaxpr']) == 0
+
+    def usual(key, state):
+        u = mcmcstep._uniform(key, (3, 4))
+        propose = jax.vmap(functools.partial(mcmcstep._propose_tree, kinds=moves_module.ALL_KINDS), in_axes=(0, 0, 0, None, None, None, None))
+        forest = state.forest
+        return propose(u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, mcmcstep._move_probs(state))
+
+    assert _nested_jits(jax.make_jaxpr(usual)(key, state)) > 0
+    inline = jax.jit(mcmcstep.propose_moves)(key, state)
+    for a, b in zip(jax.tree.leaves(inline), jax.tree.leaves(jax.jit(usual)(key, state)), strict=True):
+        np.testing.assert_array_equal(a, b)
