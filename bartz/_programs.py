@@ -149,7 +149,10 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
     """
 
     def program_for(directory, key, args):
+        """The program, and a function that stores it if it was compiled
+        afresh here (else None)."""
         program = _LOADED.programs.get(key)
+        store = None
         if program is None:
             with _key_lock(key):
                 program = _LOADED.programs.get(key)
@@ -158,9 +161,9 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
                     if program is None:
                         program, fresh = _compile_fresh(jitted.lower(*args))
                         if fresh:
-                            _store(directory, key, program)
+                            store = functools.partial(_store, directory, key, program)
                     _LOADED.programs[key] = program
-        return program
+        return program, store
 
     @functools.wraps(jitted)
     def call(*args):
@@ -168,14 +171,22 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
         key = None if directory is None else _key(name, static, args)
         if key is None:
             return jitted(*args)
-        return program_for(directory, key, args)(*args)
+        program, store = program_for(directory, key, args)
+        out = program(*args)
+        if store is not None:
+            # written after the program is dispatched, while it runs
+            # (about 0.2 s for the MCMC loop: serialised, compressed)
+            store()
+        return out
 
     def prepare(*args) -> bool:
         directory = _directory()
         key = None if directory is None else _key(name, static, args)
         if key is None:
             return False
-        program_for(directory, key, args)
+        _, store = program_for(directory, key, args)
+        if store is not None:
+            store()
         return True
 
     call.prepare = prepare

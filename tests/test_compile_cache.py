@@ -574,3 +574,34 @@ def test_programs_only_where_checked(monkeypatch):
     assert _programs._directory() is None
     assert _programs._key('p', (), (array,)) is None
     assert _programs._key('p', (), (np.zeros(3),)) is not None  # runs where the default device is
+
+
+def test_programs_stored_after_the_run_is_dispatched(programs_in, monkeypatch):
+    """A program compiled afresh by a call is stored after it is dispatched
+    (the write overlaps its run); by `prepare`, at once (nothing runs)."""
+    import numpy as np  # noqa: PLC0415
+
+    from bartz import _programs  # noqa: PLC0415
+
+    events = []
+    compile_fresh, store = _programs._compile_fresh, _programs._store
+
+    def recording_compile(lowered):
+        program, fresh = compile_fresh(lowered)
+
+        def run(*args):
+            events.append('run')
+            return program(*args)
+
+        return run, fresh
+
+    monkeypatch.setattr(_programs, '_compile_fresh', recording_compile)
+    monkeypatch.setattr(_programs, '_store', lambda *args: (events.append('store'), store(*args)))
+    shift = np.random.default_rng().uniform()  # a program no earlier run compiled
+    f = _programs.persistent_jit(lambda x, shift: x + shift, 'test-order', shift=shift)
+    g = _programs.persistent_jit(lambda x, shift: x * shift, 'test-order-prepared', shift=shift)
+    np.testing.assert_allclose(f(np.arange(3.0)), np.arange(3.0) + shift, rtol=1e-6)
+    assert events == ['run', 'store']
+    events.clear()
+    assert g.prepare(np.arange(3.0))
+    assert events == ['store']
