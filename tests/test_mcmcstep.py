@@ -1276,11 +1276,13 @@ def _nested_jits(jaxpr) -> int:
     return len(re.findall(r'\bjit\[', str(jaxpr)))
 
 
-def test_proposal_and_tree_loop_trace_numpy_inline(small_data):
+def test_proposal_and_tree_loop_trace_numpy_inline(small_data, monkeypatch):
     """The proposal and the loop body over trees are traced with the jitted
     helpers of `jax.numpy` inline (`bartz._programs.inlined`): no nested jit
     in their jaxprs (each costs tracing and lowering in a first fit), and the
     same moves as the proposal traced the usual way, which has them."""
+    from bartz import _programs  # noqa: PLC0415
+
     X, max_split, y, _ = small_data
     state = mcmcstep.init(X=jnp.asarray(X), max_split=jnp.asarray(max_split), y=jnp.asarray(y), num_trees=3, leaf_prior_var=0.1)
     key = random.key(1)
@@ -1288,14 +1290,16 @@ def test_proposal_and_tree_loop_trace_numpy_inline(small_data):
     assert _nested_jits(jax.make_jaxpr(mcmcstep.propose_moves)(key, state)) == 0
     (scan,) = [eqn for eqn in jax.make_jaxpr(mcmcstep.step)(key, state).jaxpr.eqns if eqn.primitive.name == 'scan']
     assert _nested_jits(scan.params['jaxpr']) == 0
-
-    def usual(key, state):
-        u = mcmcstep._uniform(key, (3, 4))
-        propose = jax.vmap(functools.partial(mcmcstep._propose_tree, kinds=moves_module.ALL_KINDS), in_axes=(0, 0, 0, None, None, None, None))
-        forest = state.forest
-        return propose(u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, mcmcstep._move_probs(state))
-
-    assert _nested_jits(jax.make_jaxpr(usual)(key, state)) > 0
     inline = jax.jit(mcmcstep.propose_moves)(key, state)
-    for a, b in zip(jax.tree.leaves(inline), jax.tree.leaves(jax.jit(usual)(key, state)), strict=True):
+
+    # the usual way (`propose_moves` wraps its proposal when called; a new
+    # function, so that JAX traces it again)
+    monkeypatch.setattr(_programs, 'inlined', lambda fun: fun)
+
+    def propose_usual(key, state):
+        return mcmcstep.propose_moves(key, state)
+
+    assert _nested_jits(jax.make_jaxpr(propose_usual)(key, state)) > 0
+    usual = jax.jit(propose_usual)(key, state)
+    for a, b in zip(jax.tree.leaves(inline), jax.tree.leaves(usual), strict=True):
         np.testing.assert_array_equal(a, b)
