@@ -221,21 +221,21 @@ def _maybe_refresh(refresh, state: mcmcstep.State, i) -> mcmcstep.State:
     return state._replace(resid=resid, forest=state.forest._replace(leaf_prec=leaf_prec))
 
 
-def chunk_shape(n: int, n_skip: int, num_chains: int | None, save_train: bool) -> tuple[int, int]:
+def chunk_shape(n: int, num_chains: int | None, save_train: bool) -> tuple[int, int]:
     """Iterations per compiled chunk and draw slots in its buffer.
 
-    Both depend only on the (padded) number of points, the thinning and
-    the number of chains, never on ``nskip`` or ``ndpost``, so fits that
-    differ only in those reuse the compiled chunk. The chunk is shorter
-    when the saved training fits would take more than
-    `_CHUNK_BUFFER_BYTES`.
+    Both depend only on the (padded) number of points and the chains,
+    never on ``nskip``, ``ndpost`` or the thinning, so fits that differ
+    only in those reuse the compiled chunk. The buffer has fewer slots when
+    the saved training fits would take more than `_CHUNK_BUFFER_BYTES`;
+    a call then runs at most ``slots * n_skip`` iterations (`run_mcmc`),
+    which save at most ``slots`` draws.
     """
     chains = num_chains or 1
-    chunk = _CHUNK_ITERS
+    slots = _CHUNK_ITERS
     if save_train:
-        max_draws = max(1, _CHUNK_BUFFER_BYTES // (4 * n * chains))
-        chunk = min(chunk, max_draws * n_skip)
-    return chunk, -(-chunk // n_skip)
+        slots = min(slots, max(1, _CHUNK_BUFFER_BYTES // (4 * n * chains)))
+    return _CHUNK_ITERS, slots
 
 
 _CHUNK_ITERS = 100
@@ -483,11 +483,11 @@ def run_mcmc(
     callback
         Called between chunks with a dict of progress figures.
     chunk_size
-        Iterations per compiled chunk. The default (`chunk_shape`: 100, fewer
-        when the saved training fits would take over 64 MiB) depends only on
-        ``n``, `n_skip` and the chains, so runs that differ in `n_burn`,
-        `n_save` or `printevery` share one compiled chunk; a call runs up to
-        `printevery` iterations of it.
+        Iterations per compiled chunk. The default (`chunk_shape`: 100, with
+        fewer draw slots when the saved training fits would take over 64
+        MiB) depends only on ``n`` and the chains, so runs that differ in
+        `n_burn`, `n_save`, `n_skip` or `printevery` share one compiled
+        chunk; a call runs up to `printevery` iterations of it.
     sigma_scale
         Multiplier of the error sd shown in the progress line (the front
         end works in standardised units).
@@ -541,13 +541,15 @@ def run_mcmc(
     is_binary = state.z is not None
     n = state.resid.shape[-1]
     if chunk_size is None:
-        chunk, chunk_draws = chunk_shape(n, n_skip, num_chains, save_train)
+        chunk, chunk_draws = chunk_shape(n, num_chains, save_train)
     else:
-        chunk = max(1, int(chunk_size))
-        chunk_draws = -(-chunk // n_skip)
+        chunk = chunk_draws = max(1, int(chunk_size))
     # the compiled chunk has a static length; a call may run fewer
-    # iterations (a dynamic count), to print progress as often as asked
-    iters_per_call = min(chunk, printevery) if printevery else chunk
+    # iterations (a dynamic count), to print progress as often as asked,
+    # and saves at most `chunk_draws` draws, whatever the thinning
+    iters_per_call = min(chunk, chunk_draws * n_skip)
+    if printevery:
+        iters_per_call = min(iters_per_call, printevery)
     if mesh is not None:
         if num_chains is None:
             msg = 'a mesh needs num_chains'

@@ -777,6 +777,26 @@ def test_refit_same_shape_does_not_recompile(fit, runners_used):
     assert set(events['traced']) <= {'bind'}
 
 
+def test_new_keepevery_does_not_recompile_and_thins_the_same_chain(fit, runners_used):
+    """The thinning is not compiled in: fits with ``keepevery`` 1 and 3 use
+    the MCMC chunk the `fit` fixture compiled and compile nothing, and the
+    draws kept with ``keepevery=3`` are every third draw of the chain that
+    keeps them all (the same iterations, the same keys)."""
+    x, y, _ = make_data(7)
+    ndpost = 12
+    with count_jax_events() as events:
+        thin = gbart(x, y, seed=5, **{**SMALL, 'ndpost': ndpost, 'keepevery': 3})
+        full = gbart(x, y, seed=5, **{**SMALL, 'ndpost': 3 * ndpost, 'keepevery': 1})
+    assert events[_COMPILE_EVENT] == 0
+    for runner, size_before in runners_used:
+        assert runner._cache_size() == size_before
+    nskip = SMALL['nskip']
+    assert thin.yhat_train.shape == (ndpost, x.shape[0])
+    assert_array_equal(thin.yhat_train, full.yhat_train[2::3])
+    assert_array_equal(thin.sigma[:nskip], full.sigma[:nskip])
+    assert_array_equal(thin.sigma[nskip:], full.sigma[nskip:][2::3])
+
+
 def test_compile_counter_works():
     """The event counter used above does see a fresh compilation."""
     with count_jax_events() as events:
