@@ -133,3 +133,25 @@ def test_device_profile_rejects_bad_sizes():
     proc = _run_script('benchmarks/device_profile.py', '--ndpost', '0', timeout=120)
     assert proc.returncode == 2
     assert '--ndpost must be at least 1, got 0' in proc.stderr
+
+
+def test_variants_rejects_sizes_below_one():
+    proc = _run_script('benchmarks/variants.py', '--n', '0', timeout=120)
+    assert proc.returncode == 2
+    assert '--n must be at least 1, got 0' in proc.stderr
+
+
+@pytest.mark.slow
+def test_variants_prints_every_variant():
+    """`variants.py` fits every variant in one process: the warm fit and a
+    new seed compile nothing, a new number of trees compiles."""
+    args = ('benchmarks/variants.py', '--n', '100', '--n-test', '10', '--nskip', '5', '--ndpost', '10', '--markdown')
+    proc = _run_script(*args, drop_env=('XLA_FLAGS', 'JAX_COMPILATION_CACHE_DIR'))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = [line.strip('|').split('|') for line in proc.stdout.splitlines() if line.startswith('| ')]
+    rows = {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in table[1:]}
+    assert len(rows) == 12, proc.stdout
+    # columns: seconds, XLA compiles, compile seconds, x warm
+    assert rows['warm (same settings)'][1] == '0', proc.stdout
+    assert rows['seed=5'][1] == '0', proc.stdout
+    assert int(rows['ntree=50'][1]) >= 1, proc.stdout
