@@ -58,12 +58,6 @@ def test_peers_rejects_bad_moves(moves):
     assert expected in _peers_usage_error('--moves', moves)
 
 
-def test_kernels_rejects_bad_sizes():
-    proc = _run_script('benchmarks/kernels.py', '--n', '0', timeout=120)
-    assert proc.returncode == 2
-    assert '--n must be at least 1, got 0' in proc.stderr
-
-
 @pytest.mark.slow
 def test_kernels_attributes_the_loop_to_its_source():
     """`kernels.py` compiles a small fit and finds the loop over trees (a
@@ -129,16 +123,13 @@ def test_device_profile_reads_device_streams_of_a_perfetto_trace(tmp_path):
     assert lines[-2:] == ['0.0 | 2 | 4.00 | 1.0 | fusion_a', '0.0 | 1 | 2.00 | 0.5 | MemcpyH2D']
 
 
-def test_device_profile_rejects_bad_sizes():
-    proc = _run_script('benchmarks/device_profile.py', '--ndpost', '0', timeout=120)
+@pytest.mark.parametrize(
+    ('script', 'option'), [('kernels.py', '--n'), ('device_profile.py', '--ndpost'), ('variants.py', '--n')]
+)
+def test_scripts_reject_sizes_below_one(script, option):
+    proc = _run_script(f'benchmarks/{script}', option, '0', timeout=120)
     assert proc.returncode == 2
-    assert '--ndpost must be at least 1, got 0' in proc.stderr
-
-
-def test_variants_rejects_sizes_below_one():
-    proc = _run_script('benchmarks/variants.py', '--n', '0', timeout=120)
-    assert proc.returncode == 2
-    assert '--n must be at least 1, got 0' in proc.stderr
+    assert f'{option} must be at least 1, got 0' in proc.stderr
 
 
 @pytest.mark.slow
