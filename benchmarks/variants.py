@@ -22,6 +22,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402  (Friedman #1 data and the table, as the other scripts)
+
 VARIANTS = (
     ('first fit', {}),
     ('warm (same settings)', {}),
@@ -52,14 +55,6 @@ def parse_args(argv=None):
     return args
 
 
-def friedman1(rng, n, p=10):
-    import numpy as np  # noqa: PLC0415
-
-    x = rng.uniform(size=(n, p))
-    f = 10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3] + 5 * x[:, 4]
-    return x, f + rng.normal(size=n)
-
-
 def main(argv=None):
     args = parse_args(argv)
     os.environ['BARTZ_CACHE_DIR'] = tempfile.mkdtemp(prefix='bartz-variants-')
@@ -70,9 +65,8 @@ def main(argv=None):
 
     events = []
     monitoring.register_event_duration_secs_listener(lambda name, secs, **_: events.append((name, secs)))
-    rng = np.random.default_rng(0)
-    x, y = friedman1(rng, args.n)
-    x_test, _ = friedman1(rng, args.n_test)
+    x, y = peers.friedman1(args.n)
+    x_test = peers.friedman1(args.n + args.n_test)[0][args.n :]  # the rows after the training ones
     base = {'nskip': args.nskip, 'ndpost': args.ndpost, 'printevery': None, 'seed': 0}
     derived = {'ndpost': {'ndpost': args.ndpost * 3 // 2}, 'nskip': {'nskip': 2 * args.nskip}}
     rows = []
@@ -90,21 +84,9 @@ def main(argv=None):
             warm = seconds / iterations
         rows.append((name, seconds, len(compiles), sum(compiles), iterations))
     header = ('fit', 'seconds', 'XLA compiles', 'compile s', 'x warm (per iteration)')
-    lines = [
-        (name, f'{s:.2f}', str(c), f'{cs:.2f}', f'{s / it / warm:.1f}')
-        for name, s, c, cs, it in rows
-    ]
+    lines = [(name, f'{s:.2f}', str(c), f'{cs:.2f}', f'{s / it / warm:.1f}') for name, s, c, cs, it in rows]
     print(f'gbart variants, n = {args.n}, x_test {args.n_test} rows, nskip {args.nskip}, ndpost {args.ndpost}')
-    if args.markdown:
-        print('| ' + ' | '.join(header) + ' |')
-        print('|---|' + '---:|' * (len(header) - 1))
-        for line in lines:
-            print('| ' + ' | '.join(line) + ' |')
-    else:
-        widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
-        print('  '.join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-        for line in lines:
-            print('  '.join(v.ljust(w) for v, w in zip(line, widths, strict=True)))
+    print(peers.render(header, lines, args.markdown))
     return 0
 
 
