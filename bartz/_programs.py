@@ -139,7 +139,9 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
 
     Returns
     -------
-    A function called like `jitted`. It calls `jitted` itself when the
+    A function called like `jitted`, with one more keyword argument,
+    ``quick``: XLA options for a first program that compiles faster (see
+    `_compile_quick_first`), or None. It calls `jitted` itself when the
     cache is off or jit is disabled. Its ``prepare(*args)`` loads or
     compiles the program for arguments that may be `jax.ShapeDtypeStruct`
     (with the sharding the arrays will have; None for numpy arrays) without
@@ -148,7 +150,7 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
     waits for it, then runs the program).
     """
 
-    def program_for(directory, key, args):
+    def program_for(directory, key, args, quick=None):
         """The program, and a function that stores it if it was compiled
         afresh here (else None)."""
         program = _LOADED.programs.get(key)
@@ -159,19 +161,22 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
                 if program is None:
                     program = _load(directory, key)
                     if program is None:
-                        program, fresh = _compile_fresh(jitted.lower(*args))
-                        if fresh:
-                            store = functools.partial(_store, directory, key, program)
-                    _LOADED.programs[key] = program
+                        lowered = jitted.lower(*args)
+                        program = None if quick is None else _compile_quick_first(directory, key, lowered, quick)
+                        if program is None:
+                            program, fresh = _compile_fresh(lowered)
+                            if fresh:
+                                store = functools.partial(_store, directory, key, program)
+                    _LOADED.programs.setdefault(key, program)
         return program, store
 
     @functools.wraps(jitted)
-    def call(*args):
+    def call(*args, quick: dict | None = None):
         directory = _directory()
         key = None if directory is None else _key(name, static, args)
         if key is None:
             return jitted(*args)
-        program, store = program_for(directory, key, args)
+        program, store = program_for(directory, key, args, quick)
         out = program(*args)
         if store is not None:
             # written after the program is dispatched, while it runs
@@ -244,7 +249,63 @@ jax.monitoring.register_event_listener(_count_cache_hits)
 _NO_WRITE_BELOW_SECS = float('inf')
 
 
-def _compile_fresh(lowered) -> tuple[object, bool]:
+# Where a quick first program (`_compile_quick_first`) was checked to give
+# the draws of the full one bit for bit: jaxlib versions, on CPU.
+QUICK_CHECKED_JAXLIB = ('0.10.2',)
+
+_BACKGROUND: list[threading.Thread] = []  # compilations still running
+
+
+def quick_checked() -> bool:
+    """Whether this jaxlib is one where quick programs were checked."""
+    return jaxlib.__version__ in QUICK_CHECKED_JAXLIB
+
+
+def _compile_quick_first(directory: Path, key: str, lowered, quick: dict):
+    """A program compiled with the extra XLA options `quick` (faster to
+    compile, slower to run), while the full program compiles on a thread
+    and replaces it once ready (it is the one stored); None if the quick
+    compilation fails (then the caller compiles as usual).
+
+    Meant for options that change how XLA emits its kernels but not what
+    they compute (``xla_cpu_use_fusion_emitters=False``: the same draws bit
+    for bit, `tests/test_compile_cache.py`), so that a run may switch from
+    one program to the other between calls. The thread is not a daemon: a
+    process that ends while it compiles waits for it."""
+    try:
+        program, _ = _compile_fresh(lowered, quick)
+    except Exception:  # noqa: BLE001, an option this XLA does not know
+        return None
+    _LOADED.programs[key] = program
+
+    def full():
+        try:
+            better, fresh = _compile_fresh(lowered)
+        except Exception:  # noqa: BLE001, keep the quick program
+            return
+        _LOADED.programs[key] = better
+        if fresh:
+            _store(directory, key, better)
+
+    thread = threading.Thread(target=full, name=f'bartz-compile-{key[:24]}')
+    with _LOCK:
+        _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()]
+        _BACKGROUND.append(thread)
+    thread.start()
+    return program
+
+
+def wait_for_background(timeout: float | None = None) -> bool:
+    """Wait for the full programs still compiling after quick ones; return
+    whether none is left."""
+    with _LOCK:
+        threads = list(_BACKGROUND)
+    for thread in threads:
+        thread.join(timeout)
+    return not any(t.is_alive() for t in threads)
+
+
+def _compile_fresh(lowered, options: dict | None = None) -> tuple[object, bool]:
     """Compile `lowered` with XLA, not from JAX's persistent cache; return
     the program and whether it was compiled here.
 
@@ -255,7 +316,8 @@ def _compile_fresh(lowered) -> tuple[object, bool]:
     program's source locations, thread-local settings) that JAX never
     writes (no minimum compile time is reached), so it does not find the
     entry of the same program compiled by plain jit; if JAX's cache
-    answers all the same, the program is used but not stored.
+    answers all the same, the program is used but not stored. `options`:
+    XLA options added to those of the jitted function.
     """
     contexts = []
     try:  # jax 0.10.2, private
@@ -272,7 +334,7 @@ def _compile_fresh(lowered) -> tuple[object, bool]:
         with contextlib.ExitStack() as stack:
             for context in contexts:
                 stack.enter_context(context)
-            program = lowered.compile()
+            program = lowered.compile(options)
     finally:
         _WATCH.compiling = False
     return program, _WATCH.cache_hits == 0

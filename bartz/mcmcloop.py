@@ -279,6 +279,41 @@ _LOW_OPT_MAX_POINTS = 2**15
 _ONE_TASK_MAX_POINTS = 2**12
 
 
+def _quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict | None:
+    """XLA options for a quick first chunk program (`_programs.persistent`'s
+    ``quick``), or None to compile the full program only.
+
+    On CPU, XLA's older kernel emitters (``xla_cpu_use_fusion_emitters=False``)
+    compile the chunk in about 60% of the time (a first fit at n = 1,000:
+    1.8 s against 3.0 s of compilation) but run it 2.4 times slower at n =
+    1,000 and 2.7 times at 4,000; the draws are the same bit for bit
+    (checked with jaxlib `_programs.QUICK_CHECKED_JAXLIB`). A first run that
+    is short enough to finish sooner that way starts on the quick program,
+    while the full one compiles on a thread and takes over between calls
+    (and is the one stored for later processes). Short enough: the
+    estimated extra run time, `_QUICK_COST_PER_TREE` and
+    `_QUICK_COST_PER_POINT` per tree and iteration times `runs` (iterations
+    in a row on one thread: chains per worker), at most
+    `_QUICK_MAX_EXTRA_SECONDS` (benchmarks/README.md). The environment
+    variable ``BARTZ_QUICK_COMPILE=0`` (or ``false``, ``off``, ``no``)
+    switches this off."""
+    if jax.default_backend() != 'cpu' or not _programs.quick_checked():
+        return None
+    if os.environ.get('BARTZ_QUICK_COMPILE', '').strip().lower() in {'0', 'false', 'off', 'no'}:
+        return None
+    extra = iterations * runs * num_trees * (_QUICK_COST_PER_TREE + _QUICK_COST_PER_POINT * n)
+    if extra > _QUICK_MAX_EXTRA_SECONDS:
+        return None
+    return {'xla_cpu_use_fusion_emitters': False}
+
+
+# measured on a 2-core Xeon VM at n = 1,000 and 4,000 (200 trees): 1.15 ms
+# and 2.7 ms more per iteration than the full program
+_QUICK_COST_PER_TREE = 3.2e-6
+_QUICK_COST_PER_POINT = 2.5e-9
+_QUICK_MAX_EXTRA_SECONDS = 0.5
+
+
 @functools.cache
 def _chunk_runner(
     chunk: int,
@@ -412,8 +447,9 @@ class _SplitChains:
     threads; a call returns what the vmapped runner would, except that the
     saved draws have the chain axis first."""
 
-    def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int):
+    def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int, quick: dict | None = None):
         self.runner = runner
+        self.quick = quick
         self.shared = mcmcstep.shared_fields(state)
         self.device = next(iter(state.X.devices()))
         self.own = mcmcstep.unstack_chains(state, num_chains, self.device)
@@ -421,7 +457,7 @@ class _SplitChains:
 
     def __call__(self, key, *args):
         def one(c):
-            own, out = self.runner(key, self.own[c], self.shared, *args, np.int32(c))
+            own, out = self.runner(key, self.own[c], self.shared, *args, np.int32(c), quick=self.quick)
             return own, jax.tree.map(sharding.to_host, out)
 
         chains = range(len(self.own))
@@ -562,6 +598,11 @@ def run_mcmc(
             is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec),
         )
     workers = chain_workers(num_chains, mesh)
+    total = n_burn + n_save * n_skip
+    num_trees = state.forest.split_tree.shape[-2]
+    runs = -(-num_chains // workers) if workers else 1
+    # (the runners of a mesh are not `_programs.persistent`, but those of chains on threads are)
+    quick = _quick_options(n, total, num_trees, runs) if workers or mesh is None else None
     if workers:
         split = _SplitChains(
             _chunk_runner(
@@ -574,6 +615,7 @@ def run_mcmc(
             state,
             num_chains,
             workers,
+            quick,
         )
         state = None  # its buffers now belong to `split`
 
@@ -582,8 +624,8 @@ def run_mcmc(
 
     else:
         split = None
-        runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, _compiler_options(n))
-    total = n_burn + n_save * n_skip
+        chunk_runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, _compiler_options(n))
+        runner = chunk_runner if quick is None else functools.partial(chunk_runner, quick=quick)
     progress = _Progress(total, printevery)
     if dart_start is None:
         dart_start = n_burn // 2

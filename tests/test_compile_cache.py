@@ -47,6 +47,9 @@ def run_python(code, tmp_path, **env):
     }
     # Never touch the user's real cache directory.
     clean |= {'JAX_PLATFORMS': 'cpu', 'XDG_CACHE_HOME': str(tmp_path / 'xdg'), 'HOME': str(tmp_path / 'home')}
+    # one program per fit, written before the fit returns (the quick first
+    # programs have tests of their own)
+    clean |= {'BARTZ_QUICK_COMPILE': '0'}
     clean |= env
     result = subprocess.run(
         [sys.executable, '-c', PRELUDE + textwrap.dedent(code)],
@@ -367,6 +370,7 @@ def programs_in(monkeypatch, tmp_path):
     from bartz import _programs, mcmcloop  # noqa: PLC0415
 
     monkeypatch.setattr(_programs, 'enabled', True)
+    monkeypatch.setenv('BARTZ_QUICK_COMPILE', '0')  # see run_python
     monkeypatch.setattr(compile_cache, 'cache_dir', lambda: str(tmp_path))
     monkeypatch.setattr(compile_cache, '_warned_dirs', set())
     mcmcloop._chunk_runner.cache_clear()
@@ -605,3 +609,147 @@ def test_programs_stored_after_the_run_is_dispatched(programs_in, monkeypatch):
     events.clear()
     assert g.prepare(np.arange(3.0))
     assert events == ['store']
+
+
+# --- a quick first program while the full one compiles (bartz._programs._compile_quick_first) ---
+
+
+QUICK_FIT_CASES = {
+    'wbart': {},
+    # (on one device: with the 4 of the test session the chains would go on a mesh)
+    'dart, 2 chains': {'sparse': True, 'mc_cores': 2, 'devices': 'one'},
+    'pbart': pytest.param({'type': 'pbart'}, marks=pytest.mark.slow),
+    'lbart': pytest.param({'type': 'lbart'}, marks=pytest.mark.slow),
+    'weights': pytest.param({'w': 'w'}, marks=pytest.mark.slow),
+}
+
+
+@pytest.mark.parametrize('case', QUICK_FIT_CASES.values(), ids=QUICK_FIT_CASES.keys())
+def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkeypatch, case):
+    """A short first fit runs its first call on the quick program, the
+    others on the full one (made to finish compiling in between), and its
+    draws are those of a fit that ran on the full program only, bit for
+    bit; the full program is the one stored."""
+    import numpy as np  # noqa: PLC0415
+
+    from bartz import _programs, gbart  # noqa: PLC0415
+
+    monkeypatch.delenv('BARTZ_QUICK_COMPILE')
+    calls = []
+    compile_fresh = _programs._compile_fresh
+
+    class Recorded:  # the program, its runs recorded (and it can be stored)
+        def __init__(self, program, name):
+            self.program, self.name = program, name
+
+        def __call__(self, *args):
+            calls.append(self.name)
+            out = self.program(*args)
+            if self.name == 'quick':  # the full program takes over from the next call
+                assert _programs.wait_for_background(timeout=120)
+            return out
+
+        def __getattr__(self, attr):
+            return getattr(self.program, attr)
+
+    def recording(lowered, options=None):
+        program, fresh = compile_fresh(lowered, options)
+        return Recorded(program, 'full' if options is None else 'quick'), fresh
+
+    monkeypatch.setattr(_programs, '_compile_fresh', recording)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(200, 4))
+    f = np.sin(4 * x[:, 0]) + x[:, 1]
+    kwargs = dict(case)
+    y = (f > np.median(f)).astype(float) if kwargs.get('type') in {'pbart', 'lbart'} else f + 0.1 * rng.normal(size=200)
+    if kwargs.get('devices') == 'one':
+        kwargs['devices'] = jax.devices()[:1]
+    if kwargs.get('w') == 'w':
+        kwargs['w'] = np.linspace(0.5, 2.0, 200)
+    kwargs |= {'ntree': 20, 'nskip': 10, 'ndpost': 30, 'keepevery': 1, 'printevery': 10, 'seed': 4}
+    first = gbart(x, y, **kwargs)
+    chains = kwargs.get('mc_cores', 1)
+    assert calls[:chains] == ['quick'] * chains
+    assert calls[chains:] == ['full'] * (len(calls) - chains)
+    assert len(calls) == chains * -(-(10 + 30 // chains) // 10)  # ndpost is split among the chains; 10 per call
+    assert len(list(programs_in.glob('mcmc_chunk-*.bartz-program'))) == 1
+    _programs._LOADED.cache_clear()
+    calls.clear()
+    again = gbart(x, y, **kwargs)  # the stored full program
+    assert calls == []  # loaded, not compiled
+    for name in ('yhat_train', 'sigma', 'varcount', 'prob_train'):
+        value = getattr(first, name, None)
+        if value is not None:
+            assert np.array_equal(np.asarray(value), np.asarray(getattr(again, name))), name
+
+
+def test_quick_options_policy(monkeypatch):
+    """Quick first programs for short runs on CPU with a checked jaxlib,
+    unless switched off."""
+    from bartz import _programs, mcmcloop  # noqa: PLC0415
+
+    monkeypatch.delenv('BARTZ_QUICK_COMPILE', raising=False)
+    quick = {'xla_cpu_use_fusion_emitters': False}
+    assert mcmcloop._quick_options(1024, 300, 200, 1) == quick  # gbart(nskip=100, ndpost=200) at n = 1,000
+    assert mcmcloop._quick_options(1024, 1100, 200, 1) is None  # R's default length
+    assert mcmcloop._quick_options(1024, 300, 200, 4) is None  # 4 chains on one thread
+    assert mcmcloop._quick_options(16384, 300, 200, 1) is None
+    assert mcmcloop._quick_options(1024, 1100, 20, 1) == quick
+    for value in ('0', 'false', 'OFF', ' no '):
+        monkeypatch.setenv('BARTZ_QUICK_COMPILE', value)
+        assert mcmcloop._quick_options(1024, 300, 200, 1) is None
+    monkeypatch.setenv('BARTZ_QUICK_COMPILE', '1')
+    assert mcmcloop._quick_options(1024, 300, 200, 1) == quick
+    monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', ())
+    assert mcmcloop._quick_options(1024, 300, 200, 1) is None
+    monkeypatch.undo()
+    monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+    assert mcmcloop._quick_options(1024, 300, 200, 1) is None
+
+
+def test_quick_option_unknown_to_xla_compiles_as_usual(programs_in):
+    """Options that XLA rejects for the quick program: the full program is
+    compiled at once, as without them, and stored."""
+    import numpy as np  # noqa: PLC0415
+
+    from bartz import _programs  # noqa: PLC0415
+
+    shift = np.random.default_rng().uniform()  # a program no earlier run compiled
+    f = _programs.persistent_jit(lambda x, shift: x + shift, 'test-quick-unknown', shift=shift)
+    out = f(np.arange(3.0), quick={'xla_no_such_option': True})
+    np.testing.assert_allclose(out, np.arange(3.0) + shift, rtol=1e-6)
+    assert _programs._BACKGROUND == [] or not any(t.is_alive() for t in _programs._BACKGROUND)
+    assert len(list(programs_in.glob('test-quick-unknown-*'))) == 1
+
+
+QUICK_PROCESS_CODE = """
+import numpy as np
+import bartz
+from bartz import mcmcstep
+traced = []
+original = mcmcstep.step
+def step(*args, **kwargs):
+    traced.append('step')
+    return original(*args, **kwargs)
+mcmcstep.step = step
+rng = np.random.default_rng(0)
+x = rng.uniform(size=(60, 3))
+y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
+with warnings.catch_warnings():
+    warnings.simplefilter('ignore')
+    fit = bartz.gbart(x, y, ntree=5, nskip=5, ndpost=20, printevery=None, seed=1)
+print(json.dumps({'traced': sorted(set(traced)), 'draws': np.asarray(fit.yhat_train).tolist()}))
+"""
+
+
+def test_quick_first_process_stores_the_full_program_before_it_ends(tmp_path):
+    """A process whose short fit ran on a quick program waits, as it ends,
+    for the full one and stores it; the next process loads it, traces
+    nothing and gives the same draws."""
+    cache = tmp_path / 'cache'
+    first = run_python(QUICK_PROCESS_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache), BARTZ_QUICK_COMPILE='')
+    assert first['traced'] == ['step']
+    assert len(list((cache / 'bartz-programs').glob('mcmc_chunk-*.bartz-program'))) == 1
+    second = run_python(QUICK_PROCESS_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache), BARTZ_QUICK_COMPILE='')
+    assert second['traced'] == []
+    assert second['draws'] == first['draws']
