@@ -41,7 +41,11 @@ cold
     The first gbart call in a new process (n 1,000, nskip 100, ndpost 200),
     with an empty compilation cache: our bartz gets ``BARTZ_CACHE_DIR`` set to
     a fresh temporary directory (every other process gets its own fresh one).
-    The time of ``import`` is a row of its own.
+    The time of ``import`` is a row of its own, and so is the
+    wall time of the whole process, from its start to its exit (Python's
+    start, imports, the fit, and what the process still does before it
+    ends: ours waits there for a full program still compiling after a
+    quick first one, see `bartz.mcmcloop._quick_options`).
 second process
     The same in another new process, reusing the cache directory of `cold`.
     The peers get no cache of ours: for them this is `cold` again.
@@ -219,16 +223,21 @@ def run_worker(python, spec, env_extra=None, *, ours=False, script=None):
         else:
             cmd, cwd = [python, '-I', script], tmp
         cmd += ['--worker', json.dumps(spec)]
+        started = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return {'error': repr(exc)}
+        process_s = time.perf_counter() - started
     # peers may print progress: the result is the last line that is JSON
     for line in reversed(proc.stdout.splitlines()):
         try:
-            return json.loads(line)
+            result = json.loads(line)
         except ValueError:
             continue
+        if isinstance(result, dict):
+            result.setdefault('process_s', process_s)
+        return result
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
     return {'error': f'exit status {proc.returncode}: ' + ' | '.join(tail)}
 
@@ -286,7 +295,7 @@ def combine(outs, settings):
         return {**failed[0], 'settings': settings}
     result = dict(outs[0])
     result['rounds'] = {}
-    for key in ('seconds', 'warm_s', 'import_s'):
+    for key in ('seconds', 'warm_s', 'import_s', 'process_s'):
         if key in result:
             result['rounds'][key] = [out[key] for out in outs]
             result[key] = min(result['rounds'][key])
@@ -402,6 +411,7 @@ def table(results, args):
     work = plan(args)
     rows = [row('import (cold process)', None, key='import_s', res_key='cold')]
     rows.append(row('cold', work['cold'][0]))
+    rows.append(row('cold: the whole process, start to exit', None, key='process_s', res_key='cold'))
     rows.append(row('second process', work['second process'][0]))
     for name, (settings, _) in work.items():
         if name.startswith('warm'):
