@@ -294,12 +294,17 @@ def _quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict |
     estimated extra run time, `_QUICK_COST_PER_TREE` and
     `_QUICK_COST_PER_POINT` per tree and iteration times `runs` (iterations
     in a row on one thread: chains per worker), at most
-    `_QUICK_MAX_EXTRA_SECONDS` (benchmarks/README.md). The environment
-    variable ``BARTZ_QUICK_COMPILE=0`` (or ``false``, ``off``, ``no``)
-    switches this off."""
+    `_QUICK_MAX_EXTRA_SECONDS` (benchmarks/README.md).
+
+    Off unless the environment variable ``BARTZ_QUICK_COMPILE`` is ``1``
+    (or ``true``, ``on``, ``yes``): on a 2-core machine the full program
+    compiling on its thread slows what follows the first fit (a refit, a
+    `predict`) by about as much as the first fit gains, and a process
+    that ends meanwhile waits for it, so it pays only where the first
+    result matters most (a first look in a notebook)."""
     if jax.default_backend() != 'cpu' or not _programs.quick_checked():
         return None
-    if os.environ.get('BARTZ_QUICK_COMPILE', '').strip().lower() in {'0', 'false', 'off', 'no'}:
+    if os.environ.get('BARTZ_QUICK_COMPILE', '').strip().lower() not in {'1', 'true', 'on', 'yes'}:
         return None
     extra = iterations * runs * num_trees * (_QUICK_COST_PER_TREE + _QUICK_COST_PER_POINT * n)
     if extra > _QUICK_MAX_EXTRA_SECONDS:

@@ -47,9 +47,6 @@ def run_python(code, tmp_path, **env):
     }
     # Never touch the user's real cache directory.
     clean |= {'JAX_PLATFORMS': 'cpu', 'XDG_CACHE_HOME': str(tmp_path / 'xdg'), 'HOME': str(tmp_path / 'home')}
-    # one program per fit, written before the fit returns (the quick first
-    # programs have tests of their own)
-    clean |= {'BARTZ_QUICK_COMPILE': '0'}
     clean |= env
     result = subprocess.run(
         [sys.executable, '-c', PRELUDE + textwrap.dedent(code)],
@@ -370,7 +367,6 @@ def programs_in(monkeypatch, tmp_path):
     from bartz import _programs, mcmcloop  # noqa: PLC0415
 
     monkeypatch.setattr(_programs, 'enabled', True)
-    monkeypatch.setenv('BARTZ_QUICK_COMPILE', '0')  # see run_python
     monkeypatch.setattr(compile_cache, 'cache_dir', lambda: str(tmp_path))
     monkeypatch.setattr(compile_cache, '_warned_dirs', set())
     mcmcloop._chunk_runner.cache_clear()
@@ -634,7 +630,7 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
 
     from bartz import _programs, gbart  # noqa: PLC0415
 
-    monkeypatch.delenv('BARTZ_QUICK_COMPILE')
+    monkeypatch.setenv('BARTZ_QUICK_COMPILE', '1')
     calls = []
     compile_fresh = _programs._compile_fresh
 
@@ -683,26 +679,35 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
             assert np.array_equal(np.asarray(value), np.asarray(getattr(again, name))), name
 
 
+def jaxlib_version():
+    import jaxlib  # noqa: PLC0415
+
+    return jaxlib.__version__
+
+
 def test_quick_options_policy(monkeypatch):
-    """Quick first programs for short runs on CPU with a checked jaxlib,
-    unless switched off."""
+    """Quick first programs, when switched on, for short runs on CPU with a
+    checked jaxlib."""
     from bartz import _programs, mcmcloop  # noqa: PLC0415
 
     monkeypatch.delenv('BARTZ_QUICK_COMPILE', raising=False)
+    assert mcmcloop._quick_options(1024, 300, 200, 1) is None  # off by default
+    monkeypatch.setenv('BARTZ_QUICK_COMPILE', 'on')
     quick = {'xla_cpu_use_fusion_emitters': False}
     assert mcmcloop._quick_options(1024, 300, 200, 1) == quick  # gbart(nskip=100, ndpost=200) at n = 1,000
     assert mcmcloop._quick_options(1024, 1100, 200, 1) is None  # R's default length
     assert mcmcloop._quick_options(1024, 300, 200, 4) is None  # 4 chains on one thread
     assert mcmcloop._quick_options(16384, 300, 200, 1) is None
     assert mcmcloop._quick_options(1024, 1100, 20, 1) == quick
-    for value in ('0', 'false', 'OFF', ' no '):
+    for value in ('0', 'false', 'OFF', ' no ', '', 'maybe'):
         monkeypatch.setenv('BARTZ_QUICK_COMPILE', value)
         assert mcmcloop._quick_options(1024, 300, 200, 1) is None
-    monkeypatch.setenv('BARTZ_QUICK_COMPILE', '1')
-    assert mcmcloop._quick_options(1024, 300, 200, 1) == quick
+    for value in ('1', 'TRUE', ' yes '):
+        monkeypatch.setenv('BARTZ_QUICK_COMPILE', value)
+        assert mcmcloop._quick_options(1024, 300, 200, 1) == quick
     monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', ())
     assert mcmcloop._quick_options(1024, 300, 200, 1) is None
-    monkeypatch.undo()
+    monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', (jaxlib_version(),))
     monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
     assert mcmcloop._quick_options(1024, 300, 200, 1) is None
 
@@ -738,7 +743,9 @@ y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
 with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     fit = bartz.gbart(x, y, ntree=5, nskip=5, ndpost=20, printevery=None, seed=1)
-print(json.dumps({'traced': sorted(set(traced)), 'draws': np.asarray(fit.yhat_train).tolist()}))
+from bartz import _programs
+quick = any(t.name.startswith('bartz-compile-mcmc_chunk') for t in _programs._BACKGROUND)
+print(json.dumps({'traced': sorted(set(traced)), 'draws': np.asarray(fit.yhat_train).tolist(), 'quick': quick}))
 """
 
 
@@ -747,9 +754,10 @@ def test_quick_first_process_stores_the_full_program_before_it_ends(tmp_path):
     for the full one and stores it; the next process loads it, traces
     nothing and gives the same draws."""
     cache = tmp_path / 'cache'
-    first = run_python(QUICK_PROCESS_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache), BARTZ_QUICK_COMPILE='')
+    first = run_python(QUICK_PROCESS_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache), BARTZ_QUICK_COMPILE='1')
     assert first['traced'] == ['step']
+    assert first['quick']
     assert len(list((cache / 'bartz-programs').glob('mcmc_chunk-*.bartz-program'))) == 1
-    second = run_python(QUICK_PROCESS_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache), BARTZ_QUICK_COMPILE='')
+    second = run_python(QUICK_PROCESS_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache), BARTZ_QUICK_COMPILE='1')
     assert second['traced'] == []
     assert second['draws'] == first['draws']
