@@ -245,7 +245,7 @@ _CHUNK_BUFFER_BYTES = 2**26
 class _ChunkOut(NamedTuple):
     """What one compiled chunk returns besides the state."""
 
-    info: mcmcstep.StepInfo  # acceptance counts, summed over the chunk (and chains)
+    info: jax.Array  # (8,) int32: the `mcmcstep.StepInfo` counts, summed over the chunk (and chains)
     sigma2: jax.Array  # (chunk, [chains]) error variance after each iteration
     draws: Trace  # (chunk_draws + 1, [chains], ...) the draws saved in the chunk, then junk
     mean_leaves: jax.Array  # () mean number of leaves per tree at the end
@@ -377,8 +377,12 @@ def _chunk_runner(
 
         carry = (state, jnp.zeros(len(mcmcstep.StepInfo._fields), jnp.int32), sigma2s, buffer, jnp.int32(0))
         state, info, sigma2s, buffer, _ = lax.fori_loop(0, n_iters, body, carry)
-        info = mcmcstep.StepInfo(*info)
-        mean_leaves = jnp.mean(grove.forest_num_leaves(state.forest.split_tree).astype(jnp.float32))
+        # a tree has one leaf more than internal nodes: one reduction (the
+        # leaves counted one by one took 6 kernels of the program's entry)
+        split_tree = state.forest.split_tree
+        num_trees = math.prod(split_tree.shape[:-1])
+        mean_leaves = 1 + jnp.sum(split_tree != 0, dtype=jnp.int32).astype(jnp.float32) / num_trees
+        # the counts stay one vector, split on the host (8 slices in the program otherwise)
         return state, _ChunkOut(info, sigma2s, buffer, mean_leaves)
 
     options = dict(compiler_options) or None
@@ -470,7 +474,7 @@ class _SplitChains:
         self.own = [own for own, _ in results]
         outs = [out for _, out in results]
         return _ChunkOut(
-            info=mcmcstep.StepInfo(*np.sum([np.stack(o.info) for o in outs], axis=0)),
+            info=np.sum([o.info for o in outs], axis=0),
             sigma2=np.stack([o.sigma2 for o in outs], axis=1),
             draws=jax.tree.map(lambda *xs: np.stack(xs), *(o.draws for o in outs)),  # chains first
             mean_leaves=np.mean([o.mean_leaves for o in outs]),
@@ -666,7 +670,7 @@ def run_mcmc(
             if num_draws:
                 traces.append(jax.tree.map(lambda b: b[:, :num_draws] if split is not None else b[:num_draws], out.draws))
             done_iters += iters
-            totals += np.array([np.sum(x) for x in out.info])  # the StepInfo fields, in order
+            totals += np.asarray(out.info, np.int64)  # the StepInfo fields, in order
             dt = time.perf_counter() - t0
             if first_chunk_time is None:
                 first_chunk_time = (dt, iters)
