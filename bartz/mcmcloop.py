@@ -312,7 +312,7 @@ def _quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict |
     return {'xla_cpu_use_fusion_emitters': False}
 
 
-# measured on a 2-core Xeon VM at n = 1,000 and 4,000 (200 trees): 1.15 ms
+# measured on a 2-core AMD EPYC VM at n = 1,000 and 4,000 (200 trees): 1.15 ms
 # and 2.7 ms more per iteration than the full program
 _QUICK_COST_PER_TREE = 3.2e-6
 _QUICK_COST_PER_POINT = 2.5e-9
