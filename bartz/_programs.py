@@ -256,9 +256,13 @@ QUICK_CHECKED_JAXLIB = ('0.10.2',)
 _BACKGROUND: list[threading.Thread] = []  # compilations still running
 
 
-def quick_checked() -> bool:
-    """Whether this jaxlib is one where quick programs were checked."""
-    return jaxlib.__version__ in QUICK_CHECKED_JAXLIB
+def quick_allowed() -> bool:
+    """Whether quick programs are switched on (``BARTZ_QUICK_COMPILE``, with
+    the values that switch the compilation cache on, the empty one aside)
+    and this jaxlib is one where they were checked."""
+    switch = os.environ.get('BARTZ_QUICK_COMPILE', '').strip().lower()
+    on = switch in compile_cache._ON_VALUES - {''}  # noqa: SLF001
+    return on and jaxlib.__version__ in QUICK_CHECKED_JAXLIB
 
 
 def _compile_quick_first(directory: Path, key: str, lowered, quick: dict):

@@ -302,9 +302,7 @@ def _quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict |
     `predict`) by about as much as the first fit gains, and a process
     that ends meanwhile waits for it, so it pays only where the first
     result matters most (a first look in a notebook)."""
-    if jax.default_backend() != 'cpu' or not _programs.quick_checked():
-        return None
-    if os.environ.get('BARTZ_QUICK_COMPILE', '').strip().lower() not in {'1', 'true', 'on', 'yes'}:
+    if jax.default_backend() != 'cpu' or not _programs.quick_allowed():
         return None
     extra = iterations * runs * num_trees * (_QUICK_COST_PER_TREE + _QUICK_COST_PER_POINT * n)
     if extra > _QUICK_MAX_EXTRA_SECONDS:

@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import jax
+import jaxlib
 import pytest
 
 from bartz import compile_cache
@@ -679,12 +680,6 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
             assert np.array_equal(np.asarray(value), np.asarray(getattr(again, name))), name
 
 
-def jaxlib_version():
-    import jaxlib  # noqa: PLC0415
-
-    return jaxlib.__version__
-
-
 def test_quick_options_policy(monkeypatch):
     """Quick first programs, when switched on, for short runs on CPU with a
     checked jaxlib."""
@@ -707,7 +702,7 @@ def test_quick_options_policy(monkeypatch):
         assert mcmcloop._quick_options(1024, 300, 200, 1) == quick
     monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', ())
     assert mcmcloop._quick_options(1024, 300, 200, 1) is None
-    monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', (jaxlib_version(),))
+    monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', (jaxlib.__version__,))
     monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
     assert mcmcloop._quick_options(1024, 300, 200, 1) is None
 
