@@ -444,6 +444,15 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     at the unused slot 0), which is its output and which the next tree
     reads: the tree's change in the residuals is applied with the next
     tree's pass.
+
+    On CPU at small n, where a tree costs what its kernels cost, the loop
+    body is its pass over the data (`data_pass`) and its statistics and
+    draws (`tree_stats`), each in a conditional whose predicate is always
+    true: XLA's CPU runtime runs an executor of at most 8 kernels in order
+    on one thread, and one of more kernels (the whole body, 17) in its
+    concurrent mode, which hands kernels between threads. Split, the body
+    is three executors of at most 8 kernels (6, 6 and 8 at n = 1,000), the
+    draws the same bit for bit.
     """
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
@@ -539,23 +548,28 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             final = idx
             for c in range(2):
                 final = jnp.where(idx == cell[c], cell_final[c], final)
-            leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None].astype(leaf_indices.dtype), (j, start))
+            leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None].astype(leaf_indices.dtype), (j, jnp.asarray(start, j.dtype)))
         return tuple(out), leaf_indices
 
+    def at_tree(j, *arrays):
+        """The rows of tree `j` of `arrays` (pytrees of per-tree arrays)."""
+        return jax.tree.map(lambda a: lax.dynamic_index_in_dim(a, j, 0, keepdims=False), arrays)
+
     @_programs.inlined
-    def body(carry, tree):
-        # The previous tree's change is applied here rather than at the end of
-        # its own iteration: one pass over the data per tree.
-        resid, leaf_indices, prev_rows, prev_row = carry
-        j, old_at, counted, prev_cells, same, first, noise_at, count, move, log_u, noise = tree
+    def data_pass(resid, leaf_indices, prev_rows, prev_row, j):
+        """Tree `j`'s pass over the data: the previous tree's change
+        applied (here rather than at the end of its own iteration: one pass
+        over the data per tree), then tree `j`'s sums by slot (at small n
+        with the counts as their last column), not yet summed over devices."""
+        prev_cells, counted = at_tree(j, xs.prev_cells, xs.counted)
         # (for the first tree, a no-op: zero delta, no cell)
-        resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_row, prev_cells, jnp.maximum(j - 1, 0))
+        resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_row, prev_cells, jnp.maximum(j, 1) - 1)
 
         rows = []
         sums = 0.0
         num_counted = 0
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
-            row = lax.dynamic_slice(leaf_indices, (j, start), (1, stop - start))[0]
+            row = lax.dynamic_slice(leaf_indices, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0]
             if one_block:
                 row = kernels.lane_indices(row, heap_size)
             rows.append(row)
@@ -567,10 +581,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
                     columns.append(jnp.ones_like(block_resid))
                 block_sums = _leaf_sums(row, jnp.stack(columns, axis=1), heap_size, laned=one_block)
             if count_in_scatter:
-                # every slot's count from the scatter's last column (exact:
-                # fewer than 2**24 points)
-                num_counted = block_sums[:, -1].astype(jnp.int32)
-                sums = block_sums[:, :-1]
+                # (one block: split by `tree_stats`)
+                sums = block_sums
                 continue
             sums = sums + block_sums
             if one_block:
@@ -582,7 +594,19 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             else:
                 num = jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
             num_counted = num_counted + num
-        sums, num_counted = _psum((sums, num_counted), data_axis)
+        return resid, leaf_indices, tuple(rows), (sums, None if count_in_scatter else num_counted)
+
+    @_programs.inlined
+    def tree_stats(data_sums, j):
+        """Tree `j`'s acceptance and leaf draws from its `data_pass` sums: its output row."""
+        sums, num_counted = _psum(data_sums, data_axis)
+        if count_in_scatter:
+            # every slot's count from the scatter's last column (exact:
+            # fewer than 2**24 points)
+            sums, num_counted = sums[:, :-1], sums[:, -1].astype(jnp.int32)
+        old_at, counted, same, first, noise_at, count, move, log_u, noise = at_tree(
+            j, xs.old_at, xs.counted, xs.same, xs.first, xs.noise_at, xs.count, xs.move, xs.log_u, xs.noise
+        )
 
         # points per slot: at small n, the scatter counted them all;
         # else a counted cell's count; another cell's is its current leaf's
@@ -696,7 +720,25 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             out.append(jnp.where(leaf, final[:, 1], 0.0))
         out.append(old_at - new_at)
         row = jnp.stack(out, axis=1)
-        return (resid, leaf_indices, tuple(rows), row), row
+        return row
+
+    @_programs.inlined
+    def body(carry):
+        j, resid, leaf_indices, prev_rows, prev_row, outs = carry
+        if split_body:
+            args = resid, leaf_indices, prev_rows, prev_row, j
+            zero_sums = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(data_pass, *args)[3])
+
+            def no_data_pass(resid, leaf_indices, prev_rows, *_):
+                return resid, leaf_indices, prev_rows, zero_sums
+
+            resid, leaf_indices, rows, data_sums = lax.cond(always, data_pass, no_data_pass, *args)
+            row = lax.cond(always, tree_stats, lambda *_: jnp.zeros_like(prev_row), data_sums, j)
+        else:
+            resid, leaf_indices, rows, data_sums = data_pass(resid, leaf_indices, prev_rows, prev_row, j)
+            row = tree_stats(data_sums, j)
+        outs = lax.dynamic_update_index_in_dim(outs, row, j, 0)
+        return j + 1, resid, leaf_indices, rows, row, outs
 
     # what depends on the move alone, for all trees at once: the cells
     # whose points can change leaf, with their current and proposed leaves;
@@ -716,9 +758,20 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         # (`same` by its last axis: the loop reads each part in the kernel
         # that uses it, where a slice of the whole is a kernel of its own)
         same = tuple(same[..., d] for d in range(num_cells))
-    xs = (jnp.arange(num_trees), old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
+    xs = _TreeInputs(old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
     num_columns = 3 + keep_prec
+    # on CPU, at one data block on one device: the loop body split in two
+    # conditionals (`body`; benchmarks/README.md: warm `gbart` 0.88 times
+    # the time at n = 1,000, 0.91 at 10,000; at several blocks, where the
+    # data pass has a hundred kernels run on both cores, no faster)
+    split_body = _SPLIT_TREE_LOOP and kernels._on_cpu() and data_axis is None and one_block
+    # (true, but not to XLA: computed once, outside the loop; the
+    # conditionals only split the body in executors of a few kernels each,
+    # which XLA's CPU runtime runs one after the other on one thread,
+    # without the hand-overs between threads of a larger loop body)
+    always = lax.optimization_barrier(jnp.asarray(True))
     carry = (
+        np.uint32(0),  # (unsigned tree index: no wrap of negative indices in the slices)
         tuple(
             jnp.stack([state.resid[start:stop], jnp.ones(stop - start, jnp.float32)], axis=1) if stacked else state.resid[start:stop]
             for start, stop in bounds
@@ -729,9 +782,10 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             for start, stop in bounds
         ),
         jnp.zeros((heap_size, num_columns), jnp.float32),
+        jnp.zeros((num_trees, heap_size, num_columns), jnp.float32),
     )
-    carry, outs = lax.scan(body, carry, xs)
-    resid, leaf_indices = finish(*carry, remapped_cells[-1], num_trees - 1)
+    _, *carry, outs = lax.while_loop(lambda carry: carry[0] < num_trees, body, carry)
+    resid, leaf_indices = finish(*carry, remapped_cells[-1], np.uint32(num_trees - 1))
     leaf_tree = outs[:, :, 0]
     bits = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
     flags = bits[:, _FLAGS_SLOT]
@@ -763,6 +817,24 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     flags = jnp.stack([proposed, proposed & accepted[None, :]], axis=1).reshape(8, num_trees)
     info = StepInfo(*jnp.sum(flags, axis=-1, dtype=jnp.int32))
     return state._replace(forest=forest, resid=resid), info
+
+
+_SPLIT_TREE_LOOP = True  # (a knob for the tests: the split loop body gives the same draws)
+
+
+class _TreeInputs(NamedTuple):
+    """What the loop over trees of `_sweep_trees` reads of each tree (leading axis: trees)."""
+
+    old_at: jax.Array
+    counted: jax.Array
+    prev_cells: jax.Array
+    same: jax.Array | tuple
+    first: jax.Array
+    noise_at: jax.Array
+    count: jax.Array
+    move: Moves
+    log_u: jax.Array
+    noise: jax.Array
 
 
 # the heap slot (never a node) where a tree's output row keeps its flags

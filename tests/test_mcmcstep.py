@@ -858,6 +858,26 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     assert_same_chain(plain, blocked)
 
 
+# (binary, weighted: with the slow tests, 20 s of compilation each)
+@pytest.mark.parametrize(
+    'binary, weighted', [(False, False), pytest.param(True, False, marks=pytest.mark.slow), pytest.param(False, True, marks=pytest.mark.slow)]
+)
+def test_split_tree_loop_does_not_change_the_chain(monkeypatch, binary, weighted):
+    """On CPU at one data block, the loop over trees runs each tree's pass
+    over the data and its statistics in two conditionals whose predicate
+    is always true (executors of a few kernels, which XLA's CPU runtime
+    runs in order on one thread): the same chain bit for bit as the loop
+    body written out."""
+    assert len(mcmcstep._data_blocks(DATA_N)) == 1
+    state = data_state(9, binary=binary, weighted=weighted)
+    split, info = run_fresh(9, state)
+    monkeypatch.setattr(mcmcstep, '_SPLIT_TREE_LOOP', False)
+    plain, _ = run_fresh(9, state)
+    assert int(np.sum(info.grow_accepted)) > 10
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(split), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_chunk_compiler_options_do_not_change_the_chain():
     """The XLA options `gbart`'s chunk gets on CPU at small n
     (`mcmcloop._compiler_options`) change how the kernels run, not what
@@ -1288,8 +1308,11 @@ def test_proposal_and_tree_loop_trace_numpy_inline(small_data, monkeypatch):
     key = random.key(1)
 
     assert _nested_jits(jax.make_jaxpr(mcmcstep.propose_moves)(key, state)) == 0
-    (scan,) = [eqn for eqn in jax.make_jaxpr(mcmcstep.step)(key, state).jaxpr.eqns if eqn.primitive.name == 'scan']
-    assert _nested_jits(scan.params['jaxpr']) == 0
+    # (the loop over trees: the loop whose body sums by leaf)
+    loops = [eqn for eqn in jax.make_jaxpr(mcmcstep.step)(key, state).jaxpr.eqns if eqn.primitive.name == 'while']
+    (tree_loop,) = [eqn for eqn in loops if 'scatter-add' in str(eqn.params['body_jaxpr'])]
+    assert 'cond[' in str(tree_loop.params['body_jaxpr'])  # (on CPU: split in conditionals)
+    assert _nested_jits(tree_loop.params['body_jaxpr']) == 0
     inline = jax.jit(mcmcstep.propose_moves)(key, state)
 
     # the usual way (`propose_moves` wraps its proposal when called; a new
