@@ -760,11 +760,13 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         same = tuple(same[..., d] for d in range(num_cells))
     xs = _TreeInputs(old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
     num_columns = 3 + keep_prec
-    # on CPU, at one data block on one device: the loop body split in two
-    # conditionals (`body`; benchmarks/README.md: warm `gbart` 0.88 times
-    # the time at n = 1,000, 0.91 at 10,000; at several blocks, where the
-    # data pass has a hundred kernels run on both cores, no faster)
-    split_body = _SPLIT_TREE_LOOP and kernels._on_cpu() and data_axis is None and one_block
+    # on CPU, below `_SPLIT_MAX_POINTS` points on one device: the loop body
+    # split in two conditionals (`body`; benchmarks/README.md: warm `gbart`
+    # 0.88 times the time at n = 1,000, 0.93 at 3,000, 0.91-0.96 at 10,000,
+    # 0.99 at 15,000, 1.04 at 20,000, where the concurrent mode's overlap
+    # of the residual update with the other kernels pays; at several data
+    # blocks, where the data pass has a hundred kernels, no faster)
+    split_body = _SPLIT_TREE_LOOP and kernels._on_cpu() and data_axis is None and n < _SPLIT_MAX_POINTS
     # (true, but not to XLA: computed once, outside the loop; the
     # conditionals only split the body in executors of a few kernels each,
     # which XLA's CPU runtime runs one after the other on one thread,
@@ -820,6 +822,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
 
 
 _SPLIT_TREE_LOOP = True  # (a knob for the tests: the split loop body gives the same draws)
+_SPLIT_MAX_POINTS = 2**14  # (below `kernels._BLOCK_MIN_POINTS`: one data block)
 
 
 class _TreeInputs(NamedTuple):
