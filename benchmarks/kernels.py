@@ -16,7 +16,11 @@ fits `gbart` once in a fresh process with the compilation caches off
 
 - the compile times JAX reports (tracing, lowering, XLA);
 - per computation of the loop program that runs kernels, its number of
-  kernels, of which copies (XLA's copy insertion); a computation is the
+  kernels, of which copies (XLA's copy insertion), and how XLA's CPU
+  runtime runs them: ``in-order`` on one thread (at most 8 kernels) or
+  ``concurrent`` (dependencies tracked at run time, kernels handed between
+  threads: at small n that costs more than the kernels; see
+  benchmarks/README.md, "executors of at most 8 kernels"); a computation is the
   ``entry``, or a loop ``body`` (or ``condition``), a ``branch`` of a
   conditional or a ``call``, with its nesting depth: in `gbart`'s loop,
   ``body 1`` is the loop over iterations and ``body 2`` the loop over
@@ -43,6 +47,11 @@ import sys
 import tempfile
 
 _FREE = frozenset({'parameter', 'get-tuple-element', 'tuple', 'constant', 'bitcast'})
+# XLA's CPU runtime runs a computation of at most this many kernels in
+# order on one thread (`ThunkExecutor`; also one whose buffers are all at
+# most 512 bytes, or whose kernels form a chain of buffer conflicts, which
+# this script does not check), a larger one in its concurrent mode
+_IN_ORDER_MAX_KERNELS = 8
 _TABLES = ('FileNames', 'FunctionNames', 'FileLocations', 'StackFrames')
 
 
@@ -212,10 +221,11 @@ def main(argv=None):
             rows.append((name, _where(name, roles), kernels))
     total = sum(len(k) for _, _, k in rows)
     print(f'{total} kernels in {len(rows)} computations\n')
-    print(f'{"kernels":>7} {"copies":>6}  {"role":<9} computation')
+    print(f'{"kernels":>7} {"copies":>6}  {"runtime":<10} {"role":<9} computation')
     for name, role, kernels in sorted(rows, key=lambda r: -len(r[2])):
         copies = sum(op == 'copy' for op, _ in kernels)
-        print(f'{len(kernels):>7} {copies:>6}  {role:<9} {name[:70]}')
+        mode = 'in-order' if len(kernels) <= _IN_ORDER_MAX_KERNELS else 'concurrent'
+        print(f'{len(kernels):>7} {copies:>6}  {mode:<10} {role:<9} {name[:70]}')
 
     for name, role, kernels in sorted(rows, key=lambda r: -len(r[2])):
         if len(kernels) < 3:

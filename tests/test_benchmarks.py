@@ -61,7 +61,8 @@ def test_peers_rejects_bad_moves(moves):
 @pytest.mark.slow
 def test_kernels_attributes_the_loop_to_its_source():
     """`kernels.py` compiles a small fit and finds the loop over trees (a
-    loop body inside the loop over iterations) and bartz's source lines."""
+    loop body inside the loop over iterations, with its two conditionals,
+    each run in order) and bartz's source lines."""
     args = ('benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5')
     proc = _run_script(*args, drop_env=('XLA_FLAGS',))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -72,7 +73,13 @@ def test_kernels_attributes_the_loop_to_its_source():
     end = lines.index('', header)
     rows = [line.split() for line in lines[header + 1 : end]]
     assert sum(int(r[0]) for r in rows) == total
-    assert any(r[2:4] == ['body', '2'] for r in rows), out
+    assert {r[2] for r in rows} <= {'in-order', 'concurrent'}, out
+    assert any(r[3:5] == ['body', '2'] for r in rows), out
+    # on CPU at small n, the loop over trees and the two conditionals in
+    # its body run their kernels in order (`bartz.mcmcstep._sweep_trees`)
+    loop_over_trees = [r for r in rows if r[3:5] == ['body', '2'] and r[2] == 'in-order']
+    branches = [r for r in rows if r[3:5] == ['branch', '3'] and r[2] == 'in-order']
+    assert loop_over_trees and len(branches) >= 2, out
     assert 'mcmcstep.py:' in out and 'moves.py:' in out
 
 
