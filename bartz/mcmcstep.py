@@ -445,10 +445,10 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     reads: the tree's change in the residuals is applied with the next
     tree's pass.
 
-    On CPU at small n, where a tree costs what its kernels cost, the loop
-    body is its pass over the data (`data_pass`) and its statistics and
-    draws (`tree_stats`), each in a conditional whose predicate is always
-    true: XLA's CPU runtime runs an executor of at most 8 kernels in order
+    On CPU below `_SPLIT_MAX_POINTS` points (data not sharded), where a
+    tree costs what its kernels cost, the loop body is its pass over the
+    data (`data_pass`) and its statistics and draws (`tree_stats`), each
+    in a conditional whose predicate is always true: XLA's CPU runtime runs an executor of at most 8 kernels in order
     on one thread, and one of more kernels (the whole body, 17) in its
     concurrent mode, which hands kernels between threads. Split, the body
     is three executors of at most 8 kernels (6, 6 and 8 at n = 1,000), the
