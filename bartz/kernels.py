@@ -11,6 +11,7 @@ moves (`bartz.moves`) and of the sweep (`bartz.mcmcstep`):
   the bins' low bits (the sweep carries a tree's laned cells to the next
   tree);
 - `cell_partitions`: every point's cell for every tree's proposed move;
+- `count_equal`: how many indices of a row equal each of a few targets;
 - `_data_blocks(n)`: how the data axis is cut into independently scheduled
   blocks on CPU (the draws never depend on it, only float rounding);
 - `_psum`: sums over the devices the data are split over.
@@ -218,6 +219,42 @@ def counts_in_sums(n, num_blocks):
 
 
 _COUNT_EXACT_POINTS = 2**24
+
+
+def count_equal(row, targets):
+    """``[sum(row == t) for t in targets]``: how many points of `row`
+    (``(n,)`` uint8 leaf or cell indices) equal each of `targets`
+    (``(k,)`` int32; a negative target counts 0), exact int32.
+
+    Four indices at a time: the row read as uint32 words, a word XOR the
+    target repeated in its four bytes has a zero byte where an index
+    equals the target, and the zero bytes are counted with a population
+    count (``~((v & 0x7F..) + 0x7F.. | v | 0x7F..)`` has the high bit of
+    exactly the zero bytes set). XLA's CPU reductions take about as long
+    per element whatever the element: a quarter of the elements, and all
+    targets in one pass. (XLA's CPU backend reads the words with a kernel
+    of its own, which assembles them byte by byte: three kernels in all.)
+    The sweep uses it at many data blocks, where a masked sum per target
+    and block took four kernels per block (2026-11-28, benchmarks/README.md).
+    """
+    n = row.shape[0]
+    body = n - n % 4
+    lo7 = jnp.uint32(0x7F7F7F7F)
+    pattern = targets.astype(jnp.uint8).astype(jnp.uint32) * jnp.uint32(0x01010101)  # (k,)
+    words = lax.bitcast_convert_type(row[:body].reshape(body // 4, 4), jnp.uint32)  # (n // 4,)
+    v = words[None, :] ^ pattern[:, None]  # (k, n // 4)
+    zero_bytes = ~(((v & lo7) + lo7) | v | lo7)
+    ones = lax.population_count(zero_bytes)
+    if n <= _COUNT_EXACT_POINTS:
+        # (a float sum of small integers is exact up to 2**24; XLA's CPU
+        # sums floats in one kernel, integers in a tree of several)
+        counts = jnp.sum(ones.astype(jnp.float32), axis=1).astype(jnp.int32)
+    else:
+        counts = jnp.sum(ones.astype(jnp.int32), axis=1)
+    if body < n:
+        tail = row[body:].astype(jnp.int32)
+        counts = counts + jnp.sum(tail[None, :] == targets[:, None], axis=1, dtype=jnp.int32)
+    return jnp.where(targets >= 0, counts, 0)
 _MANY_BLOCKS_MIN_POINTS = 2**16
 
 

@@ -523,6 +523,13 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # fits slower (1.13 times at n = 100,000) and the others did not help
     # (2026-11-26, benchmarks/README.md): that path is unchanged
     one_block = len(bounds) == 1
+    # without the counts in the scatter, the points of the (at most two)
+    # counted cells: by masked sums in each data block at one or two
+    # blocks; at more (16), where those were 64 of the 170 kernels of a
+    # tree, over the whole row at once (2026-11-28: warm fits 0.90-0.92
+    # times the time at n = 100,000, where one kernel at two blocks took
+    # 1.07 times the time at 40,000; benchmarks/README.md)
+    count_by_block = len(bounds) <= 2
 
     @_programs.inlined
     def finish(resid, leaf_indices, rows, prev_row, prev_cells, j):
@@ -590,15 +597,22 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
                 sums = block_sums
                 continue
             sums = sums + block_sums
-            if one_block:
-                row = kernels.unlane(row, heap_size)
-            hits = [row.astype(jnp.int32) == counted[a] for a in range(2)]
-            if stop - start <= 2**24:
-                # a float sum of 0/1 is exact up to 2**24 and faster than XLA's int reduction
-                num = jnp.stack([jnp.sum(jnp.where(h, 1.0, 0.0)) for h in hits]).astype(jnp.int32)
-            else:
-                num = jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
-            num_counted = num_counted + num
+            if count_by_block:
+                if one_block:
+                    row = kernels.unlane(row, heap_size)
+                hits = [row.astype(jnp.int32) == counted[a] for a in range(2)]
+                if stop - start <= 2**24:
+                    # a float sum of 0/1 is exact up to 2**24 and faster than XLA's int reduction
+                    num = jnp.stack([jnp.sum(jnp.where(h, 1.0, 0.0)) for h in hits]).astype(jnp.int32)
+                else:
+                    num = jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
+                num_counted = num_counted + num
+        if not count_in_scatter and not count_by_block:
+            # at many data blocks, the counted cells' points over the
+            # whole row in one kernel (`kernels.count_equal`), not in four
+            # kernels per block
+            row = lax.dynamic_slice(leaf_indices, (j, jnp.asarray(0, j.dtype)), (1, n))[0]
+            num_counted = kernels.count_equal(row, counted)
         return resid, leaf_indices, tuple(rows), (sums, None if count_in_scatter else num_counted)
 
     @_programs.inlined

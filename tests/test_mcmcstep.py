@@ -841,6 +841,8 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     On CPU with many points, the sweep splits the data into blocks processed
     by independent kernels, and the scatter-add spreads points over several
     copies of the bins (`bartz.kernels._data_blocks`, `bartz.kernels._leaf_sums`).
+    At more than two blocks the points of the counted cells are counted
+    over the whole row (`bartz.kernels.count_equal`), not block by block.
     Forced on (3 uneven blocks) and off (no copies) at small n, they must
     give the same trees and, up to float rounding, the same values; the
     cached quantities must stay consistent.
@@ -940,6 +942,24 @@ def test_laned_indices(monkeypatch, lanes_from):
     plain = jax.jit(lambda i, v: mcmcstep._leaf_sums(i, v, 64))(indices, values)
     from_laned = jax.jit(lambda i, v: mcmcstep._leaf_sums(i, v, 64, laned=True))(laned, values)
     np.testing.assert_array_equal(from_laned, plain)
+
+
+@pytest.mark.parametrize('n', [1, 7, 1000, 4097])
+def test_count_equal(n):
+    """`kernels.count_equal` (four uint8 indices per uint32 word, zero bytes
+    counted by population count) gives the exact count of each target,
+    for any byte value (high bit set included), lengths not a multiple of
+    four, repeated targets and negative targets (0)."""
+    rng = np.random.default_rng(n)
+    row = rng.integers(0, 256, size=n).astype(np.uint8)
+    row[rng.uniform(size=n) < 0.4] = 0x80  # a byte whose only set bit is the high one
+    row[rng.uniform(size=n) < 0.2] = 0xFE
+    targets = np.array([0x80, 0xFE, 0x7F, 0, 255, 0x80, -1, -5], np.int32)
+    counts = jax.jit(kernels.count_equal)(jnp.asarray(row), jnp.asarray(targets))
+    expected = [np.sum(row == t) if t >= 0 else 0 for t in targets]
+    assert counts.dtype == jnp.int32
+    np.testing.assert_array_equal(counts, expected)
+    assert n < 4 or max(expected) > 0
 
 
 @pytest.mark.parametrize('num', [3, 20])
