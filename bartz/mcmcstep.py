@@ -578,7 +578,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
             row = lax.dynamic_slice(leaf_indices, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0]
             if one_block:
-                row = kernels.lane_indices(row, heap_size)
+                row = kernels.lane_indices(row, heap_size, lane)
             rows.append(row)
             if stacked:
                 block_sums = _leaf_sums(row, block_resid, heap_size, laned=one_block)
@@ -791,6 +791,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # which XLA's CPU runtime runs one after the other on one thread,
     # without the hand-overs between threads of a larger loop body)
     always = lax.optimization_barrier(jnp.asarray(True))
+    # (at one data block, the scatter's lane of each point: formed once,
+    # outside the loop, behind a barrier that keeps XLA from forming it
+    # again inside; `kernels.lane_pattern`)
+    lane = kernels.lane_pattern(n, heap_size) if one_block else None
+    lane = lane if lane is None else lax.optimization_barrier(lane)
     carry = (
         np.uint32(0),  # (unsigned tree index: no wrap of negative indices in the slices)
         tuple(
@@ -799,7 +804,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         ),
         cell_indices,
         tuple(
-            kernels.lane_indices(cell_indices[0, start:stop], heap_size) if one_block else cell_indices[0, start:stop]
+            kernels.lane_indices(cell_indices[0, start:stop], heap_size, lane) if one_block else cell_indices[0, start:stop]
             for start, stop in bounds
         ),
         jnp.zeros((heap_size, num_columns), jnp.float32),

@@ -926,7 +926,8 @@ def test_laned_indices(monkeypatch, lanes_from):
     """The sweep carries a tree's cells with the scatter's lanes in their
     low bits (`kernels.lane_indices`): reading them back (`unlane`) gives
     the cells, and the scatter of laned indices equals the plain one bit
-    for bit, with and without lanes."""
+    for bit, with and without lanes; with the lanes formed once
+    (`kernels.lane_pattern`), the same laned indices."""
     monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', lanes_from)
     rng = np.random.default_rng(5)
     n = 1000
@@ -934,6 +935,8 @@ def test_laned_indices(monkeypatch, lanes_from):
     values = jnp.asarray(rng.normal(size=(n, 2)), jnp.float32)
     laned = kernels.lane_indices(indices, 64)
     assert laned.dtype == jnp.uint8
+    # (the lanes formed once, as the sweep's loop reads them: the same)
+    np.testing.assert_array_equal(kernels.lane_indices(indices, 64, kernels.lane_pattern(n, 64)), laned)
     np.testing.assert_array_equal(kernels.unlane(laned, 64), indices)
     if lanes_from == 0:  # 4 lanes: the low two bits cycle over the points
         np.testing.assert_array_equal(np.asarray(laned) & 3, np.arange(n) % 4)
