@@ -251,7 +251,7 @@ def count_equal(row, targets):
     targets in one pass. (XLA's CPU backend reads the words with a kernel
     of its own, which assembles them byte by byte: three kernels in all.)
     The sweep uses it at many data blocks, where a masked sum per target
-    and block took four kernels per block (2026-11-28, benchmarks/README.md).
+    and block took four kernels per block (2026-11-27, benchmarks/README.md).
     """
     n = row.shape[0]
     body = n - n % 4

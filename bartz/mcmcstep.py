@@ -526,7 +526,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # without the counts in the scatter, the points of the (at most two)
     # counted cells: by masked sums in each data block at one or two
     # blocks; at more (16), where those were 64 of the 170 kernels of a
-    # tree, over the whole row at once (2026-11-28: warm fits 0.90-0.92
+    # tree, over the whole row at once (2026-11-27: warm fits 0.90-0.92
     # times the time at n = 100,000, where one kernel at two blocks took
     # 1.07 times the time at 40,000; benchmarks/README.md)
     count_by_block = len(bounds) <= 2
