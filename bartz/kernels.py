@@ -196,16 +196,20 @@ def _data_blocks(n):
     """Split ``range(n)`` into blocks that `_sweep_trees` processes with
     independent kernels, which XLA's CPU runtime overlaps (a scatter runs
     on one thread). One block below `_BLOCK_MIN_POINTS` points (kernel
-    overhead dominates) or off CPU; else 2 blocks below `_MANY_BLOCKS_MIN_POINTS`
-    and 16 above, boundaries multiple of 128.
+    overhead dominates) or off CPU; else 16, boundaries multiple of 128.
 
     Why 16 from about 65,000 points: the time per point at 6 or 8 blocks
     (the former rule, one per 2**14 points, at most 8) swung by up to 40%
     between nearby n (n = 100,000 ran at 25 ms per iteration, 102,400 and
     108,544 at 33-37 ms), while at 16 blocks it is smooth: 10-25% faster
     at the ladder's lengths 81,920, 106,496, 114,688, 212,992 and
-    1,048,576, 5% slower at 98,304 (benchmarks/README.md, "data blocks at large n").
-    Below, 2 blocks stay faster (by 4-16% at 40,960 and 57,344 points).
+    1,048,576, 5% slower at 98,304 (benchmarks/README.md, "data blocks at large n");
+    again with the counts in one pass (`count_equal`): 8 blocks 1.38, 4
+    blocks 1.23 and 32 blocks 1.08 times the time of 16 at n = 100,000.
+    From 2**15 to 2**16 points 2 blocks were faster while each block
+    counted its points with four kernels of its own; with the counts in
+    one pass, 16 blocks take 0.72-0.88 times the time of 2 there (33,000,
+    40,000 and 55,000 points; 2026-11-27, benchmarks/README.md).
 
     The blocks depend on n only, not on the number of CPU cores: the
     per-block sums are added in a fixed order, so the draws (float
@@ -214,7 +218,7 @@ def _data_blocks(n):
     """
     if n < _BLOCK_MIN_POINTS or not _on_cpu():
         return [(0, n)]
-    blocks = 2 if n < _MANY_BLOCKS_MIN_POINTS else 16
+    blocks = 16
     bounds = [0] + [n * b // blocks // 128 * 128 for b in range(1, blocks)] + [n]
     return list(zip(bounds[:-1], bounds[1:]))
 
@@ -271,7 +275,6 @@ def count_equal(row, targets):
         tail = row[body:].astype(jnp.int32)
         counts = counts + jnp.sum(tail[None, :] == targets[:, None], axis=1, dtype=jnp.int32)
     return jnp.where(targets >= 0, counts, 0)
-_MANY_BLOCKS_MIN_POINTS = 2**16
 
 
 def cell_partitions(X, leaf_indices, var, split, remap_leaf, remap_cell):

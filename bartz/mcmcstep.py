@@ -525,10 +525,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     one_block = len(bounds) == 1
     # without the counts in the scatter, the points of the (at most two)
     # counted cells: by masked sums in each data block at one or two
-    # blocks; at more (16), where those were 64 of the 170 kernels of a
-    # tree, over the whole row at once (2026-11-27: warm fits 0.90-0.92
-    # times the time at n = 100,000, where one kernel at two blocks took
-    # 1.07 times the time at 40,000; benchmarks/README.md)
+    # blocks (one: on GPUs from 2**24 points); at more (16 on CPU), where
+    # those were 64 of the 170 kernels of a tree, over the whole row at
+    # once (2026-11-27: warm fits 0.90-0.92 times the time at n = 100,000,
+    # where one kernel at two blocks took 1.07 times the time at 40,000;
+    # benchmarks/README.md)
     count_by_block = len(bounds) <= 2
 
     @_programs.inlined
