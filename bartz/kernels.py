@@ -67,7 +67,7 @@ def _scatter_lanes(n, size):
 def lane_indices(indices, size, lane=None):
     """uint8 bin `indices` ``(n,)`` with the scatter's lane of each point in
     their low bits (as `_leaf_sums` forms them); unchanged without lanes.
-    `lane`: `lane_pattern` ``(n, size)``, if already computed."""
+    `lane`: ``lane_pattern(n, size)``, if already computed."""
     n = indices.shape[0]
     lanes = _scatter_lanes(n, size)
     if lanes == 1:
@@ -198,7 +198,7 @@ def _data_blocks(n):
     on one thread). One block below `_BLOCK_MIN_POINTS` points (kernel
     overhead dominates) or off CPU; else 16, boundaries multiple of 128.
 
-    Why 16 from about 65,000 points: the time per point at 6 or 8 blocks
+    Why 16: the time per point at 6 or 8 blocks
     (the former rule, one per 2**14 points, at most 8) swung by up to 40%
     between nearby n (n = 100,000 ran at 25 ms per iteration, 102,400 and
     108,544 at 33-37 ms), while at 16 blocks it is smooth: 10-25% faster

@@ -795,8 +795,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # (at one data block, the scatter's lane of each point: formed once,
     # outside the loop, behind a barrier that keeps XLA from forming it
     # again inside; `kernels.lane_pattern`)
-    lane = kernels.lane_pattern(n, heap_size) if one_block else None
-    lane = lane if lane is None else lax.optimization_barrier(lane)
+    lane = lax.optimization_barrier(kernels.lane_pattern(n, heap_size) if one_block else None)
     carry = (
         np.uint32(0),  # (unsigned tree index: no wrap of negative indices in the slices)
         tuple(
