@@ -443,7 +443,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     the new value, the count, the precision, ``old - new`` value; its flags
     at the unused slot 0), which is its output and which the next tree
     reads: the tree's change in the residuals is applied with the next
-    tree's pass.
+    tree's pass. The loop only reads the cells of the points; their final
+    leaves, in every tree, are set in one pass after it (per tree and data
+    block inside the loop, that write was on the path of every next tree:
+    warm fits 0.74-0.91 times the time at n = 100,000, 0.85 at 40,000,
+    the same at 1,000 and 10,000; benchmarks/README.md).
 
     On CPU below `_SPLIT_MAX_POINTS` points (data not sharded), where a
     tree costs what its kernels cost, the loop body is its pass over the
@@ -533,51 +537,42 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     count_by_block = len(bounds) <= 2
 
     @_programs.inlined
-    def finish(resid, leaf_indices, rows, prev_row, prev_cells, j):
-        """Apply tree ``j``'s change to the residuals and to its leaf indices:
-        ``old - new`` value by slot (the last column of its output row
-        `prev_row`), and the final leaf of the (at most two) cells whose
-        points change leaf (`prev_cells`: the cells, -1 if unused, their
-        current and their proposed leaf; which one is final says the
-        acceptance bit of the row, `_FLAGS_SLOT`)."""
+    def finish(resid, rows, prev_row):
+        """Apply the change of the tree before (its output row `prev_row`,
+        whose last column is ``old - new`` value by slot; `rows`: its
+        cells, the carried rows of each block) to the residuals."""
         delta = prev_row[:, -1]
-        accepted = (lax.bitcast_convert_type(prev_row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
-        cell = prev_cells[0]
-        cell_final = jnp.where(accepted, prev_cells[2], prev_cells[1])
         out = []
-        for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
+        for block_resid, row in zip(resid, rows, strict=True):
             if one_block:
                 row = kernels.unlane(row, heap_size)
             change = _lookup(delta, row)
             if stacked:  # (the ones stay exact: 1 + 0)
                 change = jnp.stack([change, jnp.zeros_like(change)], axis=1)
             out.append(block_resid + change)
-            idx = row.astype(jnp.int32)
-            final = idx
-            for c in range(2):
-                final = jnp.where(idx == cell[c], cell_final[c], final)
-            leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None].astype(leaf_indices.dtype), (j, jnp.asarray(start, j.dtype)))
-        return tuple(out), leaf_indices
+        return tuple(out)
 
     def at_tree(j, *arrays):
         """The rows of tree `j` of `arrays` (pytrees of per-tree arrays)."""
         return jax.tree.map(lambda a: lax.dynamic_index_in_dim(a, j, 0, keepdims=False), arrays)
 
     @_programs.inlined
-    def data_pass(resid, leaf_indices, prev_rows, prev_row, j):
+    def data_pass(resid, prev_rows, prev_row, j):
         """Tree `j`'s pass over the data: the previous tree's change
         applied (here rather than at the end of its own iteration: one pass
         over the data per tree), then tree `j`'s sums by slot (at small n
-        with the counts as their last column), not yet summed over devices."""
-        prev_cells, counted = at_tree(j, xs.prev_cells, xs.counted)
-        # (for the first tree, a no-op: zero delta, no cell)
-        resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_row, prev_cells, jnp.maximum(j, 1) - 1)
+        with the counts as their last column), not yet summed over devices.
+        Its cells are read from `cell_indices`, which the loop does not
+        write: the final leaves of all trees are set after it."""
+        counted = at_tree(j, xs.counted)[0]
+        # (for the first tree, a no-op: zero delta)
+        resid = finish(resid, prev_rows, prev_row)
 
         rows = []
         sums = 0.0
         num_counted = 0
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
-            row = lax.dynamic_slice(leaf_indices, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0]
+            row = lax.dynamic_slice(cell_indices, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0]
             if one_block:
                 row = kernels.lane_indices(row, heap_size, lane)
             rows.append(row)
@@ -612,9 +607,9 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             # at many data blocks, the counted cells' points over the
             # whole row in one kernel (`kernels.count_equal`), not in four
             # kernels per block
-            row = lax.dynamic_slice(leaf_indices, (j, jnp.asarray(0, j.dtype)), (1, n))[0]
+            row = lax.dynamic_slice(cell_indices, (j, jnp.asarray(0, j.dtype)), (1, n))[0]
             num_counted = kernels.count_equal(row, counted)
-        return resid, leaf_indices, tuple(rows), (sums, None if count_in_scatter else num_counted)
+        return resid, tuple(rows), (sums, None if count_in_scatter else num_counted)
 
     @_programs.inlined
     def tree_stats(data_sums, j):
@@ -744,21 +739,21 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
 
     @_programs.inlined
     def body(carry):
-        j, resid, leaf_indices, prev_rows, prev_row, outs = carry
+        j, resid, prev_rows, prev_row, outs = carry
         if split_body:
-            args = resid, leaf_indices, prev_rows, prev_row, j
-            zero_sums = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(data_pass, *args)[3])
+            args = resid, prev_rows, prev_row, j
+            zero_sums = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(data_pass, *args)[2])
 
-            def no_data_pass(resid, leaf_indices, prev_rows, *_):
-                return resid, leaf_indices, prev_rows, zero_sums
+            def no_data_pass(resid, prev_rows, *_):
+                return resid, prev_rows, zero_sums
 
-            resid, leaf_indices, rows, data_sums = lax.cond(always, data_pass, no_data_pass, *args)
+            resid, rows, data_sums = lax.cond(always, data_pass, no_data_pass, *args)
             row = lax.cond(always, tree_stats, lambda *_: jnp.zeros_like(prev_row), data_sums, j)
         else:
-            resid, leaf_indices, rows, data_sums = data_pass(resid, leaf_indices, prev_rows, prev_row, j)
+            resid, rows, data_sums = data_pass(resid, prev_rows, prev_row, j)
             row = tree_stats(data_sums, j)
         outs = lax.dynamic_update_index_in_dim(outs, row, j, 0)
-        return j + 1, resid, leaf_indices, rows, row, outs
+        return j + 1, resid, rows, row, outs
 
     # what depends on the move alone, for all trees at once: the cells
     # whose points can change leaf, with their current and proposed leaves;
@@ -772,13 +767,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     same = (leaves[:, :, :, None] == leaves[:, :, None, :]) & used[:, None, None, :]  # (m, 2, 4, 4)
     first = used[:, None, :] & ~jnp.any(same & _EARLIER[:num_cells, :num_cells], axis=3)  # (m, 2, 4)
     noise_at = jnp.take_along_axis(noise[:, None, :], jnp.clip(leaves, 0, heap_size - 1), axis=2)  # (m, 2, 4)
-    # each tree gets the remapped cells of the tree before it (whose change it applies)
-    prev_cells = jnp.concatenate([jnp.full((1, 3, 2), -1, jnp.int32), remapped_cells[:-1]])
     if one_block:
         # (`same` by its last axis: the loop reads each part in the kernel
         # that uses it, where a slice of the whole is a kernel of its own)
         same = tuple(same[..., d] for d in range(num_cells))
-    xs = _TreeInputs(old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
+    xs = _TreeInputs(old_at, counted, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
     num_columns = 3 + keep_prec
     # on CPU, below `_SPLIT_MAX_POINTS` points on one device: the loop body
     # split in two conditionals (`body`; benchmarks/README.md: warm `gbart`
@@ -802,7 +795,6 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             jnp.stack([state.resid[start:stop], jnp.ones(stop - start, jnp.float32)], axis=1) if stacked else state.resid[start:stop]
             for start, stop in bounds
         ),
-        cell_indices,
         tuple(
             kernels.lane_indices(cell_indices[0, start:stop], heap_size, lane) if one_block else cell_indices[0, start:stop]
             for start, stop in bounds
@@ -811,11 +803,27 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         jnp.zeros((num_trees, heap_size, num_columns), jnp.float32),
     )
     _, *carry, outs = lax.while_loop(lambda carry: carry[0] < num_trees, body, carry)
-    resid, leaf_indices = finish(*carry, remapped_cells[-1], np.uint32(num_trees - 1))
+    resid = finish(*carry)
     leaf_tree = outs[:, :, 0]
     bits = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
     flags = bits[:, _FLAGS_SLOT]
     accepted, allowed = (flags & 1).astype(bool), (flags & 2).astype(bool)
+    # the final leaf of every point in every tree, in one pass after the
+    # loop (not one in-place write per tree and data block inside it, on
+    # the path each next tree waits for): a cell whose points can change
+    # leaf goes to its proposed leaf if the move was accepted, else to its
+    # current one; the other cells are their leaf's slot already
+    # (compared in the indices' uint8: four times the values per vector
+    # instruction of int32; an unused cell, -1, matches no point)
+    index_type = cell_indices.dtype
+    remapped = remapped_cells[:, 0]
+    used_remapped = remapped >= 0
+    remapped = jnp.maximum(remapped, 0).astype(index_type)
+    cell_final = jnp.where(accepted[:, None], remapped_cells[:, 2], remapped_cells[:, 1]).astype(index_type)
+    leaf_indices = cell_indices
+    for c in range(2):
+        hit = (cell_indices == remapped[:, c, None]) & used_remapped[:, c, None]
+        leaf_indices = jnp.where(hit, cell_final[:, c, None], leaf_indices)
     leaf_count = bits.at[:, _FLAGS_SLOT].set(0)
     leaf_prec = outs[:, :, 2] if keep_prec else None
     resid = jnp.concatenate([r[:, 0] for r in resid] if stacked else resid)
@@ -854,7 +862,6 @@ class _TreeInputs(NamedTuple):
 
     old_at: jax.Array
     counted: jax.Array
-    prev_cells: jax.Array
     same: jax.Array | tuple
     first: jax.Array
     noise_at: jax.Array
