@@ -443,11 +443,9 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     the new value, the count, the precision, ``old - new`` value; its flags
     at the unused slot 0), which is its output and which the next tree
     reads: the tree's change in the residuals is applied with the next
-    tree's pass. The loop only reads the cells of the points; their final
-    leaves, in every tree, are set in one pass after it (per tree and data
-    block inside the loop, that write was on the path of every next tree:
-    warm fits 0.74-0.91 times the time at n = 100,000, 0.85 at 40,000,
-    the same at 1,000 and 10,000; benchmarks/README.md).
+    tree's pass; at several data blocks the loop only reads the cells of
+    the points, and their final leaves, in every tree, are set in one pass
+    after it (`write_in_loop`).
 
     On CPU below `_SPLIT_MAX_POINTS` points (data not sharded), where a
     tree costs what its kernels cost, the loop body is its pass over the
@@ -536,43 +534,62 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # benchmarks/README.md)
     count_by_block = len(bounds) <= 2
 
+    # where the final leaves of the points are written: at several data
+    # blocks (CPU from 2**15 points, compiled at LLVM level 3), in one pass
+    # over all trees after the loop, which then only reads the cells (per
+    # tree and block inside the loop, that write was a chain of kernels on
+    # the path of every next tree: warm fits 0.74-0.91 times the time at
+    # n = 100,000, 0.85 at 40,000); at one block, by each tree for the tree
+    # before it, in the few kernels of its data pass (after the loop, the
+    # pass over all trees, at level 1, which does not vectorise it, made
+    # warm fits 1.1 times slower at n = 1,000; benchmarks/README.md)
+    write_in_loop = one_block
+
     @_programs.inlined
-    def finish(resid, rows, prev_row):
-        """Apply the change of the tree before (its output row `prev_row`,
-        whose last column is ``old - new`` value by slot; `rows`: its
-        cells, the carried rows of each block) to the residuals."""
+    def finish(resid, leaf_indices, rows, prev_row, prev_cells, j):
+        """Apply the change of tree `j` (its output row `prev_row`, whose
+        last column is ``old - new`` value by slot; `rows`: its cells, the
+        carried rows of each block) to the residuals; with
+        `write_in_loop`, write its final leaves in `leaf_indices` too
+        (`prev_cells`: its remapped cells, `_final_leaves`)."""
         delta = prev_row[:, -1]
+        if write_in_loop:
+            accepted = (lax.bitcast_convert_type(prev_row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
         out = []
-        for block_resid, row in zip(resid, rows, strict=True):
+        for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
             if one_block:
                 row = kernels.unlane(row, heap_size)
             change = _lookup(delta, row)
             if stacked:  # (the ones stay exact: 1 + 0)
                 change = jnp.stack([change, jnp.zeros_like(change)], axis=1)
             out.append(block_resid + change)
-        return tuple(out)
+            if write_in_loop:
+                final = _final_leaves(row, prev_cells, accepted)
+                leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None], (j, jnp.asarray(start, j.dtype)))
+        return tuple(out), leaf_indices
 
     def at_tree(j, *arrays):
         """The rows of tree `j` of `arrays` (pytrees of per-tree arrays)."""
         return jax.tree.map(lambda a: lax.dynamic_index_in_dim(a, j, 0, keepdims=False), arrays)
 
     @_programs.inlined
-    def data_pass(resid, prev_rows, prev_row, j):
+    def data_pass(resid, leaf_indices, prev_rows, prev_row, j):
         """Tree `j`'s pass over the data: the previous tree's change
         applied (here rather than at the end of its own iteration: one pass
         over the data per tree), then tree `j`'s sums by slot (at small n
         with the counts as their last column), not yet summed over devices.
-        Its cells are read from `cell_indices`, which the loop does not
-        write: the final leaves of all trees are set after it."""
-        counted = at_tree(j, xs.counted)[0]
-        # (for the first tree, a no-op: zero delta)
-        resid = finish(resid, prev_rows, prev_row)
+        Its cells are read from the carried `leaf_indices` with
+        `write_in_loop`, else from `cell_indices` (not written in the loop)."""
+        prev_cells, counted = at_tree(j, xs.prev_cells, xs.counted)
+        # (for the first tree, a no-op: zero delta, no cell)
+        resid, leaf_indices = finish(resid, leaf_indices, prev_rows, prev_row, prev_cells, jnp.maximum(j, 1) - 1)
+        cells = leaf_indices if write_in_loop else cell_indices
 
         rows = []
         sums = 0.0
         num_counted = 0
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
-            row = lax.dynamic_slice(cell_indices, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0]
+            row = lax.dynamic_slice(cells, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0]
             if one_block:
                 row = kernels.lane_indices(row, heap_size, lane)
             rows.append(row)
@@ -607,9 +624,9 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             # at many data blocks, the counted cells' points over the
             # whole row in one kernel (`kernels.count_equal`), not in four
             # kernels per block
-            row = lax.dynamic_slice(cell_indices, (j, jnp.asarray(0, j.dtype)), (1, n))[0]
+            row = lax.dynamic_slice(cells, (j, jnp.asarray(0, j.dtype)), (1, n))[0]
             num_counted = kernels.count_equal(row, counted)
-        return resid, tuple(rows), (sums, None if count_in_scatter else num_counted)
+        return resid, leaf_indices, tuple(rows), (sums, None if count_in_scatter else num_counted)
 
     @_programs.inlined
     def tree_stats(data_sums, j):
@@ -739,21 +756,21 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
 
     @_programs.inlined
     def body(carry):
-        j, resid, prev_rows, prev_row, outs = carry
+        j, resid, leaf_indices, prev_rows, prev_row, outs = carry
         if split_body:
-            args = resid, prev_rows, prev_row, j
-            zero_sums = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(data_pass, *args)[2])
+            args = resid, leaf_indices, prev_rows, prev_row, j
+            zero_sums = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(data_pass, *args)[3])
 
-            def no_data_pass(resid, prev_rows, *_):
-                return resid, prev_rows, zero_sums
+            def no_data_pass(resid, leaf_indices, prev_rows, *_):
+                return resid, leaf_indices, prev_rows, zero_sums
 
-            resid, rows, data_sums = lax.cond(always, data_pass, no_data_pass, *args)
+            resid, leaf_indices, rows, data_sums = lax.cond(always, data_pass, no_data_pass, *args)
             row = lax.cond(always, tree_stats, lambda *_: jnp.zeros_like(prev_row), data_sums, j)
         else:
-            resid, rows, data_sums = data_pass(resid, prev_rows, prev_row, j)
+            resid, leaf_indices, rows, data_sums = data_pass(resid, leaf_indices, prev_rows, prev_row, j)
             row = tree_stats(data_sums, j)
         outs = lax.dynamic_update_index_in_dim(outs, row, j, 0)
-        return j + 1, resid, rows, row, outs
+        return j + 1, resid, leaf_indices, rows, row, outs
 
     # what depends on the move alone, for all trees at once: the cells
     # whose points can change leaf, with their current and proposed leaves;
@@ -767,11 +784,13 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     same = (leaves[:, :, :, None] == leaves[:, :, None, :]) & used[:, None, None, :]  # (m, 2, 4, 4)
     first = used[:, None, :] & ~jnp.any(same & _EARLIER[:num_cells, :num_cells], axis=3)  # (m, 2, 4)
     noise_at = jnp.take_along_axis(noise[:, None, :], jnp.clip(leaves, 0, heap_size - 1), axis=2)  # (m, 2, 4)
+    # with `write_in_loop`, each tree gets the remapped cells of the tree before it (whose final leaves it writes)
+    prev_cells = jnp.concatenate([jnp.full((1, 3, 2), -1, jnp.int32), remapped_cells[:-1]]) if write_in_loop else None
     if one_block:
         # (`same` by its last axis: the loop reads each part in the kernel
         # that uses it, where a slice of the whole is a kernel of its own)
         same = tuple(same[..., d] for d in range(num_cells))
-    xs = _TreeInputs(old_at, counted, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
+    xs = _TreeInputs(old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
     num_columns = 3 + keep_prec
     # on CPU, below `_SPLIT_MAX_POINTS` points on one device: the loop body
     # split in two conditionals (`body`; benchmarks/README.md: warm `gbart`
@@ -795,6 +814,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             jnp.stack([state.resid[start:stop], jnp.ones(stop - start, jnp.float32)], axis=1) if stacked else state.resid[start:stop]
             for start, stop in bounds
         ),
+        cell_indices if write_in_loop else None,
         tuple(
             kernels.lane_indices(cell_indices[0, start:stop], heap_size, lane) if one_block else cell_indices[0, start:stop]
             for start, stop in bounds
@@ -803,27 +823,14 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         jnp.zeros((num_trees, heap_size, num_columns), jnp.float32),
     )
     _, *carry, outs = lax.while_loop(lambda carry: carry[0] < num_trees, body, carry)
-    resid = finish(*carry)
+    resid, leaf_indices = finish(*carry, remapped_cells[-1], np.uint32(num_trees - 1))
     leaf_tree = outs[:, :, 0]
     bits = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
     flags = bits[:, _FLAGS_SLOT]
     accepted, allowed = (flags & 1).astype(bool), (flags & 2).astype(bool)
-    # the final leaf of every point in every tree, in one pass after the
-    # loop (not one in-place write per tree and data block inside it, on
-    # the path each next tree waits for): a cell whose points can change
-    # leaf goes to its proposed leaf if the move was accepted, else to its
-    # current one; the other cells are their leaf's slot already
-    # (compared in the indices' uint8: four times the values per vector
-    # instruction of int32; an unused cell, -1, matches no point)
-    index_type = cell_indices.dtype
-    remapped = remapped_cells[:, 0]
-    used_remapped = remapped >= 0
-    remapped = jnp.maximum(remapped, 0).astype(index_type)
-    cell_final = jnp.where(accepted[:, None], remapped_cells[:, 2], remapped_cells[:, 1]).astype(index_type)
-    leaf_indices = cell_indices
-    for c in range(2):
-        hit = (cell_indices == remapped[:, c, None]) & used_remapped[:, c, None]
-        leaf_indices = jnp.where(hit, cell_final[:, c, None], leaf_indices)
+    if not write_in_loop:
+        # the final leaf of every point in every tree, in one pass
+        leaf_indices = _final_leaves(cell_indices, remapped_cells, accepted)
     leaf_count = bits.at[:, _FLAGS_SLOT].set(0)
     leaf_prec = outs[:, :, 2] if keep_prec else None
     resid = jnp.concatenate([r[:, 0] for r in resid] if stacked else resid)
@@ -853,6 +860,25 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     return state._replace(forest=forest, resid=resid), info
 
 
+def _final_leaves(cells, remapped, accepted):
+    """The final leaves of points in their cells: ``cells`` ``(..., n)``
+    uint8, ``remapped`` ``(..., 3, 2)`` the (at most two) cells whose points
+    can change leaf (-1: unused), their current and their proposed leaves,
+    ``accepted`` ``(...)``: those cells go to their proposed leaf if the
+    move was accepted, else to their current one; the other cells are their
+    leaf's slot already. Compared in uint8 (four times the values per
+    vector instruction of int32)."""
+    index_type = cells.dtype
+    used = remapped[..., 0, :] >= 0
+    cell = jnp.maximum(remapped[..., 0, :], 0).astype(index_type)
+    to = jnp.where(accepted[..., None], remapped[..., 2, :], remapped[..., 1, :]).astype(index_type)
+    out = cells
+    for c in range(2):
+        hit = (cells == cell[..., c, None]) & used[..., c, None]
+        out = jnp.where(hit, to[..., c, None], out)
+    return out
+
+
 _SPLIT_TREE_LOOP = True  # (a knob for the tests: the split loop body gives the same draws)
 _SPLIT_MAX_POINTS = 2**14  # (below `kernels._BLOCK_MIN_POINTS`: one data block)
 
@@ -862,6 +888,7 @@ class _TreeInputs(NamedTuple):
 
     old_at: jax.Array
     counted: jax.Array
+    prev_cells: jax.Array | None
     same: jax.Array | tuple
     first: jax.Array
     noise_at: jax.Array
