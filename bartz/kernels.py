@@ -304,13 +304,18 @@ def cell_partitions(X, leaf_indices, var, split, remap_leaf, remap_cell):
     group = _largest_divisor(num_trees, max(1, _PROPOSE_GROUP_BYTES // max(n, 1)))
 
     def cell_rows(rows, var, split, remap_leaf, remap_cell):
-        idx = rows.astype(jnp.int32)
+        # (in the indices' own type, not int32: four times the values per
+        # vector instruction, and at LLVM's level 1, which does not
+        # vectorise, narrower scalar code; warm fits 0.96-0.97 times the
+        # time at n = 1,000 and 10,000. An unused leaf, -1, matches no point)
+        index_type = rows.dtype
         bit = X[var] >= split[:, None].astype(X.dtype)
-        out = idx
+        out = rows
         for r in range(2):
-            cell = jnp.where(bit, remap_cell[:, r, 1, None], remap_cell[:, r, 0, None])
-            out = jnp.where(idx == remap_leaf[:, r, None], cell, out)
-        return out.astype(rows.dtype)
+            cell = jnp.where(bit, remap_cell[:, r, 1, None].astype(index_type), remap_cell[:, r, 0, None].astype(index_type))
+            hit = (rows == jnp.maximum(remap_leaf[:, r, None], 0).astype(index_type)) & (remap_leaf[:, r, None] >= 0)
+            out = jnp.where(hit, cell, out)
+        return out
 
     split = jnp.clip(split, 0, jnp.iinfo(X.dtype).max)
     fields = (var, split, remap_leaf, remap_cell)
