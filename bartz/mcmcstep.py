@@ -862,12 +862,13 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
 
 def _final_leaves(cells, remapped, accepted):
     """The final leaves of points in their cells: ``cells`` ``(..., n)``
-    uint8, ``remapped`` ``(..., 3, 2)`` the (at most two) cells whose points
-    can change leaf (-1: unused), their current and their proposed leaves,
-    ``accepted`` ``(...)``: those cells go to their proposed leaf if the
-    move was accepted, else to their current one; the other cells are their
-    leaf's slot already. Compared in uint8 (four times the values per
-    vector instruction of int32)."""
+    (the leaf indices' unsigned type), ``remapped`` ``(..., 3, 2)`` the (at
+    most two) cells whose points can change leaf (-1: unused), their
+    current and their proposed leaves, ``accepted`` ``(...)``: those cells
+    go to their proposed leaf if the move was accepted, else to their
+    current one; the other cells are their leaf's slot already. Compared
+    in the cells' type, not int32 (with uint8, four times the values per
+    vector instruction)."""
     index_type = cells.dtype
     used = remapped[..., 0, :] >= 0
     cell = jnp.maximum(remapped[..., 0, :], 0).astype(index_type)

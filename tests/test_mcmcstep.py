@@ -842,7 +842,10 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
     by independent kernels, and the scatter-add spreads points over several
     copies of the bins (`bartz.kernels._data_blocks`, `bartz.kernels._leaf_sums`).
     At more than two blocks the points of the counted cells are counted
-    over the whole row (`bartz.kernels.count_equal`), not block by block.
+    over the whole row (`bartz.kernels.count_equal`), not block by block,
+    and at several blocks the final leaves of all trees are set after the
+    loop over trees (`bartz.mcmcstep._final_leaves`), not by each tree
+    inside it.
     Forced on (3 uneven blocks) and off (no copies) at small n, they must
     give the same trees and, up to float rounding, the same values; the
     cached quantities must stay consistent.
