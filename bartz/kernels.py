@@ -277,6 +277,26 @@ def count_equal(row, targets):
     return jnp.where(targets >= 0, counts, 0)
 
 
+def replace_indices(indices, sources, targets):
+    """`indices` (unsigned ints) where each equals ``sources[r]``
+    replaced by ``targets[r]`` (int32 arrays that broadcast against
+    `indices`; a negative source matches no index), every source compared
+    with the original `indices`.
+
+    Compared and selected in the indices' own type, not int32 (with uint8,
+    four times the values per vector instruction; at LLVM's level 1, the
+    sweep's below 2**15 points, which does not vectorise, narrower scalar
+    code): the cell partition and the final leaves in it took warm fits to
+    0.92-0.97 times the time at n = 1,000 and 10,000 (2026-11-27,
+    benchmarks/README.md)."""
+    index_type = indices.dtype
+    out = indices
+    for source, target in zip(sources, targets, strict=True):
+        hit = (indices == jnp.maximum(source, 0).astype(index_type)) & (source >= 0)
+        out = jnp.where(hit, target.astype(index_type), out)
+    return out
+
+
 def cell_partitions(X, leaf_indices, var, split, remap_leaf, remap_cell):
     """Move every point to its cell, for every tree: ``cell_of[j][leaf, X[var[j]] >= split[j]]``,
     where ``cell_of`` is the identity but at the (at most two) rows
@@ -304,18 +324,9 @@ def cell_partitions(X, leaf_indices, var, split, remap_leaf, remap_cell):
     group = _largest_divisor(num_trees, max(1, _PROPOSE_GROUP_BYTES // max(n, 1)))
 
     def cell_rows(rows, var, split, remap_leaf, remap_cell):
-        # (in the indices' own type, not int32: four times the values per
-        # vector instruction, and at LLVM's level 1, which does not
-        # vectorise, narrower scalar code; warm fits 0.96-0.97 times the
-        # time at n = 1,000 and 10,000. An unused leaf, -1, matches no point)
-        index_type = rows.dtype
         bit = X[var] >= split[:, None].astype(X.dtype)
-        out = rows
-        for r in range(2):
-            cell = jnp.where(bit, remap_cell[:, r, 1, None].astype(index_type), remap_cell[:, r, 0, None].astype(index_type))
-            hit = (rows == jnp.maximum(remap_leaf[:, r, None], 0).astype(index_type)) & (remap_leaf[:, r, None] >= 0)
-            out = jnp.where(hit, cell, out)
-        return out
+        cells = [jnp.where(bit, remap_cell[:, r, 1, None], remap_cell[:, r, 0, None]) for r in range(2)]
+        return replace_indices(rows, [remap_leaf[:, r, None] for r in range(2)], cells)
 
     split = jnp.clip(split, 0, jnp.iinfo(X.dtype).max)
     fields = (var, split, remap_leaf, remap_cell)

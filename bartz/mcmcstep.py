@@ -861,23 +861,14 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
 
 
 def _final_leaves(cells, remapped, accepted):
-    """The final leaves of points in their cells: ``cells`` ``(..., n)``
-    (the leaf indices' unsigned type), ``remapped`` ``(..., 3, 2)`` the (at
-    most two) cells whose points can change leaf (-1: unused), their
-    current and their proposed leaves, ``accepted`` ``(...)``: those cells
-    go to their proposed leaf if the move was accepted, else to their
-    current one; the other cells are their leaf's slot already. Compared
-    in the cells' type, not int32 (with uint8, four times the values per
-    vector instruction)."""
-    index_type = cells.dtype
-    used = remapped[..., 0, :] >= 0
-    cell = jnp.maximum(remapped[..., 0, :], 0).astype(index_type)
-    to = jnp.where(accepted[..., None], remapped[..., 2, :], remapped[..., 1, :]).astype(index_type)
-    out = cells
-    for c in range(2):
-        hit = (cells == cell[..., c, None]) & used[..., c, None]
-        out = jnp.where(hit, to[..., c, None], out)
-    return out
+    """The final leaves of points in their cells: ``cells`` ``(..., n)``,
+    ``remapped`` ``(..., 3, 2)`` the (at most two) cells whose points can
+    change leaf (-1: unused), their current and their proposed leaves,
+    ``accepted`` ``(...)``: those cells go to their proposed leaf if the
+    move was accepted, else to their current one; the other cells are their
+    leaf's slot already."""
+    to = jnp.where(accepted[..., None], remapped[..., 2, :], remapped[..., 1, :])
+    return kernels.replace_indices(cells, [remapped[..., 0, c, None] for c in range(2)], [to[..., c, None] for c in range(2)])
 
 
 _SPLIT_TREE_LOOP = True  # (a knob for the tests: the split loop body gives the same draws)
