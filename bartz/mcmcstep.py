@@ -480,12 +480,15 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # CHANGE's two cells that change side, SWAP's cell that leaves the
     # sibling (cells in `bartz.moves` order)
     used = moves.cells >= 0  # (m, num_cells)
+    slot = jnp.arange(heap_size, dtype=jnp.int32)
     at_cell = jnp.clip(moves.cells, 0, heap_size - 1)
     cell_old = jnp.clip(moves.cell_old, 0, heap_size - 1)
+    # (the cells are distinct slots, none a leaf the move leaves alone:
+    # selects over the heap, not a scatter, which is a kernel of its own)
+    old_of_cell = jnp.take_along_axis(forest.leaf_tree, cell_old, axis=1)  # (m, num_cells)
     old_at = jnp.where(moves.identity, forest.leaf_tree, 0.0)
-    old_at = old_at.at[jnp.arange(num_trees)[:, None], at_cell].add(
-        jnp.where(used, jnp.take_along_axis(forest.leaf_tree, cell_old, axis=1), 0.0)
-    )
+    for d in range(num_cells):
+        old_at = jnp.where(used[:, d : d + 1] & (slot == at_cell[:, d : d + 1]), old_of_cell[:, d : d + 1], old_at)
     counted_of_kind = np.array([[0, -1], [-1, -1], [2, 3], [3, -1]])  # GROW, PRUNE, CHANGE, SWAP
     counted_of_kind = np.where(counted_of_kind < num_cells, counted_of_kind, -1)  # (kinds not compiled)
     # the (at most two) cells whose points can end in another leaf than
@@ -496,7 +499,6 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     remapped_of_kind = jnp.asarray(remapped_of_kind)[moves.kind]  # (m, 2)
     which = jnp.asarray(counted_of_kind)[moves.kind]  # (m, 2) positions in `cells`, -1: none
     counted = jnp.where((which >= 0) & moves.allowed[:, None], jnp.take_along_axis(moves.cells, jnp.maximum(which, 0), axis=1), -1)
-    slot = jnp.arange(heap_size, dtype=jnp.int32)
 
     # the data axis in blocks, processed by independent kernels that XLA's
     # CPU runtime runs in parallel (its scatter uses one thread)
@@ -835,14 +837,21 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     leaf_prec = outs[:, :, 2] if keep_prec else None
     resid = jnp.concatenate([r[:, 0] for r in resid] if stacked else resid)
 
-    tree_idx = jnp.arange(num_trees)[:, None]
-    split_tree = forest.split_tree
-    var_tree = forest.var_tree
+    # the accepted moves' new rules (at most two nodes per tree), as
+    # selects over the trees' nodes, not a gather and a scatter (kernels
+    # of their own; a pair's two nodes are the same only with the same rule)
+    node = jnp.arange(heap_size // 2, dtype=jnp.int32)
     acc = accepted[:, None]
-    new_split = jnp.where(acc, moves.set_split, split_tree[tree_idx, moves.set_node])
-    new_var = jnp.where(acc, moves.set_var, var_tree[tree_idx, moves.set_node])
-    split_tree = split_tree.at[tree_idx, moves.set_node].set(new_split.astype(split_tree.dtype))
-    var_tree = var_tree.at[tree_idx, moves.set_node].set(new_var.astype(var_tree.dtype))
+
+    def set_rules(tree, values):
+        out = tree
+        for d in reversed(range(moves.set_node.shape[1])):
+            here = acc & (node == moves.set_node[:, d : d + 1])
+            out = jnp.where(here, values[:, d : d + 1].astype(tree.dtype), out)
+        return out
+
+    split_tree = set_rules(forest.split_tree, moves.set_split)
+    var_tree = set_rules(forest.var_tree, moves.set_var)
     forest = Forest(
         var_tree=var_tree,
         split_tree=split_tree,

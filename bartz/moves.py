@@ -570,7 +570,7 @@ def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds) 
 
     splittable, exhausted_bits = jax.lax.cond(n_root >= heap_size.bit_length() - 1, no_count, count)
     growable = [leaf[w] & splittable[w] for w in range(num_words)]
-    words = jnp.concatenate([jnp.stack([jnp.stack(x) for x in (leaf, nog, swappable, growable)]), exhausted_bits])
+    words = jnp.concatenate([jnp.stack([w for x in (leaf, nog, swappable, growable) for w in x]).reshape(4, num_words), exhausted_bits])
     count = _popcount(words)
     num_nog = count[_NOG]
     counts = jnp.stack([count[_GROWABLE], num_nog, num_nog if heap_size > 4 else jnp.int32(0), count[_SWAPPABLE]])
@@ -614,9 +614,9 @@ def _first_above(cum, threshold):
 
 
 def _take_small(table, index):
-    """``table[index]`` for a short table, as selects."""
+    """``table[index]`` for a short table (or list of scalars), as selects."""
     out = table[0]
-    for i in range(1, table.shape[0]):
+    for i in range(1, len(table)):
         out = jnp.where(index == i, table[i], out)
     return out
 
@@ -801,45 +801,41 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     nog_after_grow = nog_now + 1 - count(sibling_leaf)
     nog_after_prune = nog_now - 1 + count(sibling_leaf)
     small = heap_size <= 4
-    counts_new = pick(
-        kind,
-        [
-            jnp.stack(
-                [
-                    g_now - near_growable[0] + growable_new_children,
-                    nog_after_grow,
-                    jnp.int32(0) if small else nog_after_grow,
-                    swap_now + count(sibling_leaf) - near_swappable[4] - near_swappable[3],
-                ]
+    # (entry by entry, as scalars: the proposal's stacks are kernels of their own)
+    counts_new = [
+        pick(kind, list(values))
+        for values in zip(
+            (
+                g_now - near_growable[0] + growable_new_children,
+                nog_after_grow,
+                jnp.int32(0) if small else nog_after_grow,
+                swap_now + count(sibling_leaf) - near_swappable[4] - near_swappable[3],
             ),
-            jnp.stack(
-                [
-                    g_now - near_growable[1] - near_growable[2] + count(p_split_k.p > 0),
-                    nog_after_prune,
-                    jnp.int32(0) if small else nog_after_prune,
-                    swap_now - near_swappable[0] + near_nog[3] + count(parent_swappable_after_prune),
-                ]
+            (
+                g_now - near_growable[1] - near_growable[2] + count(p_split_k.p > 0),
+                nog_after_prune,
+                jnp.int32(0) if small else nog_after_prune,
+                swap_now - near_swappable[0] + near_nog[3] + count(parent_swappable_after_prune),
             ),
-            jnp.stack([g_now - near_growable[1] - near_growable[2] + growable_new_children, nog_now, change_now, swap_now]),
-            jnp.stack(
-                [
-                    g_now
-                    - near_growable[1]
-                    - near_growable[2]
-                    - near_growable[3]
-                    + count(leaves_new[0].p > 0)
-                    + count(leaves_new[1].p > 0)
-                    + count(leaves_new[2].p > 0),
-                    nog_now,
-                    change_now,
-                    swap_now,
-                ]
+            (g_now - near_growable[1] - near_growable[2] + growable_new_children, nog_now, change_now, swap_now),
+            (
+                g_now
+                - near_growable[1]
+                - near_growable[2]
+                - near_growable[3]
+                + count(leaves_new[0].p > 0)
+                + count(leaves_new[1].p > 0)
+                + count(leaves_new[2].p > 0),
+                nog_now,
+                change_now,
+                swap_now,
             ),
-        ],
-    )
+            strict=True,
+        )
+    ]
     # the log probability of the reverse move's kind in the proposed tree
     # (each kind is its own reverse but GROW and PRUNE)
-    weight_new = jnp.where(_eligible(counts_new, kinds), move_probs, 0.0)
+    weight_new = [jnp.where((c > 0) & kinds[i], move_probs[i], 0.0) for i, c in enumerate(counts_new)]
     total_new = ((weight_new[0] + weight_new[1]) + weight_new[2]) + weight_new[3]
     reverse = pick(kind, [jnp.int32(PRUNE), jnp.int32(GROW), jnp.int32(CHANGE), jnp.int32(SWAP)])
     log_reverse_new = jnp.log(_take_small(weight_new, reverse)) - jnp.log(jnp.where(total_new > 0, total_new, 1.0))
@@ -914,48 +910,37 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     cell_of = jnp.where(slot[:, None] == jnp.where(bit, at1, at0), jnp.where(bit, to1, to0), slot[:, None])
     cell_of = cell_of.astype(jnp.uint8)
 
-    def pair(a, b):
-        return jnp.stack([jnp.asarray(a, jnp.int32), jnp.asarray(b, jnp.int32)])
+    def picked(*options, unused=None):
+        """`pick` of tuples of scalars, entry by entry, stacked (selects
+        that fuse into one stack; a stack per option is a kernel of its
+        own); `unused`: the value of every entry where no move is possible."""
+        out = [pick(kind, [jnp.asarray(o[i], jnp.int32) for o in options]) for i in range(len(options[0]))]
+        return jnp.stack(out if unused is None else [jnp.where(possible, x, unused) for x in out])
 
-    rows = pick(kind, [pair(k, no), pair(no, no), pair(left, right), pair(sib, no)])
-    rows = jnp.where(possible, rows, no)
+    rows = picked((k, no), (no, no), (left, right), (sib, no), unused=no)
     # the rows of cell_of at `rows` (row 0 where unused), from the definitions above
-    remap_cell = pick(
-        kind,
-        [
-            jnp.stack([pair(left, right), pair(zero, zero)]),
-            jnp.zeros((2, 2), jnp.int32),
-            jnp.stack([pair(left, k), pair(extra, right)]),
-            jnp.stack([pair(jnp.where(dc, sib, k), jnp.where(dc, k, sib)), pair(zero, zero)]),
-        ],
+    remap_cell = picked(
+        (left, right, zero, zero),
+        (zero, zero, zero, zero),
+        (left, k, extra, right),
+        (jnp.where(dc, sib, k), jnp.where(dc, k, sib), zero, zero),
+        unused=zero,
     )
-    remap_cell = jnp.where(possible, remap_cell, 0).astype(jnp.uint8).astype(jnp.int32)
+    remap_cell = remap_cell.reshape(2, 2).astype(jnp.uint8).astype(jnp.int32)
 
-    def quad(*values):
-        return jnp.stack([jnp.asarray(v, jnp.int32) for v in values])
-
-    cells = pick(
-        kind, [quad(left, right, no, no), quad(left, right, no, no), quad(left, right, k, extra), quad(keep, moved, sib, k)]
-    )
-    cell_old = pick(
-        kind, [quad(k, k, no, no), quad(left, right, no, no), quad(left, right, left, right), quad(keep, moved, sib, sib)]
-    )
-    cell_new = pick(
-        kind, [quad(left, right, no, no), quad(k, k, no, no), quad(left, right, right, left), quad(keep, sib, sib, moved)]
-    )
+    cells = picked((left, right, no, no), (left, right, no, no), (left, right, k, extra), (keep, moved, sib, k), unused=no)
+    cell_old = picked((k, k, no, no), (left, right, no, no), (left, right, left, right), (keep, moved, sib, sib), unused=no)
+    cell_new = picked((left, right, no, no), (k, k, no, no), (left, right, right, left), (keep, sib, sib, moved), unused=no)
     cell_fresh = (jnp.arange(4) >= 2) | (kind == GROW) | (kind == CHANGE)
-    cells = jnp.where(possible, cells, no)
-    cell_old = jnp.where(possible, cell_old, no)
-    cell_new = jnp.where(possible, cell_new, no)
     touched = (slot == cell_old[0]) | (slot == cell_old[1]) | (slot == cell_old[2]) | (slot == cell_old[3])
     identity = now.leaf & ~touched
     is_k = slot == k
     is_child = (slot == left) | (slot == right)
     new_leaf = jnp.where(kind == GROW, (now.leaf & ~is_k) | is_child, jnp.where(kind == PRUNE, (now.leaf & ~is_child) | is_k, now.leaf))
 
-    set_node = pick(kind, [pair(k, k), pair(k, k), pair(k, k), pair(k, c)])
-    set_var = pick(kind, [pair(var, var), pair(zero, zero), pair(var, var), pair(var_b, var_a)])
-    set_split = pick(kind, [pair(split, split), pair(zero, zero), pair(split, split), pair(split_b, split_a)])
+    set_node = picked((k, k), (k, k), (k, k), (k, c), unused=zero)
+    set_var = picked((var, var), (zero, zero), (var, var), (var_b, var_a), unused=zero)
+    set_split = picked((split, split), (zero, zero), (split, split), (split_b, split_a), unused=zero)
     return Moves(
         allowed=possible,
         kind=kind,
@@ -973,7 +958,7 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
         identity=identity,
         leaf=now.leaf,
         new_leaf=jnp.where(possible, new_leaf, now.leaf),
-        set_node=jnp.where(possible, set_node, 0),
-        set_var=jnp.where(possible, set_var, 0),
-        set_split=jnp.where(possible, set_split, 0),
+        set_node=set_node,
+        set_var=set_var,
+        set_split=set_split,
     )
