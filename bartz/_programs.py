@@ -43,6 +43,7 @@ import platform
 import sys
 import tempfile
 import threading
+import warnings
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -260,8 +261,15 @@ def quick_allowed() -> bool:
     """Whether quick programs are switched on (``BARTZ_QUICK_COMPILE``, with
     the values that switch the compilation cache on, the empty one aside)
     and this jaxlib is one where they were checked."""
-    switch = os.environ.get('BARTZ_QUICK_COMPILE', '').strip().lower()
+    value = os.environ.get('BARTZ_QUICK_COMPILE', '')
+    switch = value.strip().lower()
     on = switch in compile_cache._ON_VALUES - {''}  # noqa: SLF001
+    if not on and switch not in compile_cache._ON_VALUES | compile_cache._OFF_VALUES:  # noqa: SLF001
+        warnings.warn(
+            f'BARTZ_QUICK_COMPILE={value!r} is not understood, so quick first programs stay off; '
+            f'set it to 1, true, on or yes to switch them on (or 0, false, off, no)',
+            stacklevel=2,
+        )
     return on and jaxlib.__version__ in QUICK_CHECKED_JAXLIB
 
 

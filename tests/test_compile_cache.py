@@ -694,8 +694,12 @@ def test_quick_options_policy(monkeypatch):
     assert mcmcloop._quick_options(1024, 300, 200, 4) is None  # 4 chains on one thread
     assert mcmcloop._quick_options(16384, 300, 200, 1) is None
     assert mcmcloop._quick_options(1024, 1100, 20, 1) == quick
-    for value in ('0', 'false', 'OFF', ' no ', '', 'maybe'):
+    for value in ('0', 'false', 'OFF', ' no ', ''):
         monkeypatch.setenv('BARTZ_QUICK_COMPILE', value)
+        assert mcmcloop._quick_options(1024, 300, 200, 1) is None
+    # a value that is not understood: off, with a warning that names it
+    monkeypatch.setenv('BARTZ_QUICK_COMPILE', 'maybe')
+    with pytest.warns(UserWarning, match="BARTZ_QUICK_COMPILE='maybe' is not understood"):
         assert mcmcloop._quick_options(1024, 300, 200, 1) is None
     for value in ('1', 'TRUE', ' yes '):
         monkeypatch.setenv('BARTZ_QUICK_COMPILE', value)
