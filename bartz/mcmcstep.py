@@ -411,10 +411,14 @@ def propose_moves(key, state: State) -> Moves:
     u = _uniform(key, (num_trees, 4))
     move_probs = _move_probs(state)
     static = {} if state.move_kinds is None else {'kinds': state.move_kinds.enabled, 'count_exhausted': state.move_kinds.count_exhausted}
-    propose = jax.vmap(functools.partial(_propose_tree, **static), in_axes=(0, 0, 0, None, None, None, None))
-    return _programs.inlined(propose)(
+    # (the small fields come as their entries, stacked here: 10 kernels
+    # fewer per iteration at n = 1,000 than stacked inside the vmap)
+    propose = jax.vmap(functools.partial(_propose_tree, **static, entries=True), in_axes=(0, 0, 0, None, None, None, None))
+    moves = _programs.inlined(propose)(
         u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
     )
+    entries = {name: jnp.stack(value, axis=1) for name, value in moves._asdict().items() if isinstance(value, tuple)}
+    return moves._replace(**entries)
 
 
 def _move_probs(state: State):

@@ -651,7 +651,7 @@ def _sum_terms(move, terms):
 
 
 def propose_tree(
-    u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, kinds=ALL_KINDS, count_exhausted=True
+    u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, kinds=ALL_KINDS, count_exhausted=True, entries=False
 ) -> Moves:
     """Propose a move for one tree (the data enter in the sweep).
 
@@ -677,6 +677,13 @@ def propose_tree(
         can have all its predictors exhausted: the proposal then compiles
         no code to count them (with True it counts them at run time when
         needed).
+    entries
+        Static: return the small integer fields (``remap_leaf``, ``cells``,
+        ``cell_old``, ``cell_new``, ``cell_fresh``, ``set_*``) as tuples of
+        their entries, for a caller that vmaps this function and stacks
+        them along the trees' axis itself (`bartz.mcmcstep.propose_moves`):
+        stacked here, under vmap, each is a kernel of its own and a
+        transposing copy; stacked after it, XLA fuses them into their users.
 
     Notes
     -----
@@ -933,7 +940,8 @@ def propose_tree(
         that fuse into one stack; a stack per option is a kernel of its
         own); `unused`: the value of every entry where no move is possible."""
         out = [pick(kind, [jnp.asarray(o[i], jnp.int32) for o in options]) for i in range(len(options[0]))]
-        return jnp.stack(out if unused is None else [jnp.where(possible, x, unused) for x in out])
+        out = out if unused is None else [jnp.where(possible, x, unused) for x in out]
+        return tuple(out) if entries else jnp.stack(out)
 
     rows = picked((k, no), (no, no), (left, right), (sib, no), unused=no)
     # the rows of cell_of at `rows` (row 0 where unused), from the definitions above
@@ -944,6 +952,7 @@ def propose_tree(
         (jnp.where(dc, sib, k), jnp.where(dc, k, sib), zero, zero),
         unused=zero,
     )
+    remap_cell = jnp.stack(remap_cell) if entries else remap_cell
     remap_cell = remap_cell.reshape(2, 2).astype(jnp.uint8).astype(jnp.int32)
 
     cells = picked((left, right, no, no), (left, right, no, no), (left, right, k, extra), (keep, moved, sib, k), unused=no)
@@ -951,6 +960,7 @@ def propose_tree(
     cell_new = picked((left, right, no, no), (k, k, no, no), (left, right, right, left), (keep, sib, sib, moved), unused=no)
     cell_fresh = (jnp.arange(4) >= 2) | (kind == GROW) | (kind == CHANGE)
     touched = (slot == cell_old[0]) | (slot == cell_old[1]) | (slot == cell_old[2]) | (slot == cell_old[3])
+    cell_fresh = tuple(cell_fresh[i] for i in range(4)) if entries else cell_fresh
     identity = now.leaf & ~touched
     is_k = slot == k
     is_child = (slot == left) | (slot == right)

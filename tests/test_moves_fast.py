@@ -458,3 +458,15 @@ def test_propose_tree_unbatched():
         )
         for name in Moves._fields:
             np.testing.assert_array_equal(getattr(one, name), getattr(fast, name)[i], err_msg=name)
+
+
+def test_propose_moves_as_the_batch():
+    """`mcmcstep.propose_moves` (the small fields stacked after the vmap,
+    the static settings of the state: all kinds, no counts of exhausted
+    predictors with 20 of them) gives the moves of the batched proposal."""
+    rng = np.random.default_rng(list(CASES).index('dart'))
+    state = CASES['dart'](rng)
+    assert not state.move_kinds.count_exhausted
+    key = random.key(11)
+    fast, _ = _propose_both(state, key, None)
+    _assert_same(jax.jit(mcmcstep.propose_moves)(key, state), fast)
