@@ -943,7 +943,13 @@ def _draw_sigma2(key, state: State, data_axis=None) -> State:
     """Conjugate inverse gamma draw of the error variance."""
     resid = state.resid
     sq = resid * resid if state.prec_weights is None else resid * resid * state.prec_weights
-    n = jnp.sum(state.forest.leaf_count[0])  # real points: padding has no leaf
+    # the real points (padding has no leaf): one tree's counts, summed in
+    # halves down to 32 (XLA's CPU backend splits a longer reduction in two kernels)
+    counts = state.forest.leaf_count[0]
+    while counts.shape[0] > 32:
+        half = counts.shape[0] // 2
+        counts = counts[:half] + counts[half:]
+    n = jnp.sum(counts)
     alpha = state.sigma2_alpha + n.astype(jnp.float32) / 2
     beta = state.sigma2_beta + _psum(jnp.sum(sq), data_axis) / 2
     sigma2 = beta / _gamma(key, alpha)
