@@ -84,7 +84,7 @@ from bartz._random import (  # noqa: F401 (fold_in is public here; the others ar
     fold_in,
 )
 from bartz.kernels import _BLOCK_MIN_POINTS, _data_blocks, _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401
-from bartz.moves import CHANGE, SWAP, move_probs_array, no_exhausted_counts
+from bartz.moves import ALL_KINDS, CHANGE, SWAP, move_probs_array
 from bartz.moves import Moves
 from bartz.moves import propose_tree as _propose_tree
 
@@ -157,28 +157,17 @@ class MoveKinds:
     sweep's bookkeeping of four cells per move (two suffice). A kind left
     out is never proposed, whatever ``State.move_probs`` says; the draws
     are those of the step compiled for all four kinds with the same
-    probabilities, up to float rounding.
-
-    Also static, `count_exhausted`: False when the data have at least as
-    many usable predictors (``max_split > 0``) as a tree has levels, so no
-    node can run out of them and the proposal compiles no code to count
-    them (``bartz.moves.propose_tree``; the same draws bit for bit)."""
+    probabilities, up to float rounding."""
 
     enabled: tuple  # 4 bools: GROW, PRUNE, CHANGE, SWAP
-    count_exhausted: bool = True
 
     @property
     def grow_prune_only(self) -> bool:
         return not (self.enabled[CHANGE] or self.enabled[SWAP])
 
 
-def _move_kinds(move_probs, max_split, heap_size: int) -> MoveKinds:
-    try:
-        usable = int(np.sum(np.asarray(max_split) > 0))
-    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):  # (traced: decided at run time)
-        usable = 0
-    count = not no_exhausted_counts(usable, heap_size)
-    return MoveKinds(tuple(bool(p > 0) for p in np.asarray(move_probs)), count)
+def _move_kinds(move_probs) -> MoveKinds:
+    return MoveKinds(tuple(bool(p > 0) for p in np.asarray(move_probs)))
 
 
 class Dart(NamedTuple):
@@ -377,7 +366,7 @@ def init(
         logit_offset=np.float32(logit_offset) if logistic else None,
         move_probs=move_probs_array(move_probs),
     )
-    state = state._replace(move_kinds=_move_kinds(state.move_probs, max_split, heap_size))
+    state = state._replace(move_kinds=_move_kinds(state.move_probs))
     # distinct device buffers for every field, so that the state can be donated
     return jax.tree.map(lambda x: x if x is X else jax.device_put(x), state)
 
@@ -410,10 +399,10 @@ def propose_moves(key, state: State) -> Moves:
     num_trees = forest.split_tree.shape[0]
     u = _uniform(key, (num_trees, 4))
     move_probs = _move_probs(state)
-    static = {} if state.move_kinds is None else {'kinds': state.move_kinds.enabled, 'count_exhausted': state.move_kinds.count_exhausted}
+    kinds = ALL_KINDS if state.move_kinds is None else state.move_kinds.enabled
     # (the small fields come as their entries, stacked here: 10 kernels
     # fewer per iteration at n = 1,000 than stacked inside the vmap)
-    propose = jax.vmap(functools.partial(_propose_tree, **static, entries=True), in_axes=(0, 0, 0, None, None, None, None))
+    propose = jax.vmap(functools.partial(_propose_tree, kinds=kinds, entries=True), in_axes=(0, 0, 0, None, None, None, None))
     moves = _programs.inlined(propose)(
         u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
     )

@@ -525,14 +525,7 @@ def _unpack(words, size):
     return ((jnp.repeat(words, 32)[:size] >> (slot % 32).astype(np.uint32)) & 1).astype(bool)
 
 
-def no_exhausted_counts(usable, heap_size: int):
-    """Whether `usable` predictors (``max_split > 0``) are enough that no
-    node of a tree of `heap_size` slots can exhaust them all: at most one
-    per ancestor is exhausted at a node."""
-    return usable >= heap_size.bit_length() - 1
-
-
-def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds, count_exhausted=True) -> _Summary:
+def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds) -> _Summary:
     """The eligible nodes of the current tree, as bit masks over the heap.
 
     From the packed mask of internal nodes (a node exists if its parent,
@@ -575,10 +568,7 @@ def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds, 
         words = _pack(jnp.stack([level_ok & (n_root - exhausted > 0), *bits]))
         return words[0], words[1:]
 
-    if count_exhausted:
-        splittable, exhausted_bits = jax.lax.cond(no_exhausted_counts(n_root, heap_size), no_count, count)
-    else:
-        splittable, exhausted_bits = no_count()
+    splittable, exhausted_bits = jax.lax.cond(n_root >= heap_size.bit_length() - 1, no_count, count)
     growable = [leaf[w] & splittable[w] for w in range(num_words)]
     words = jnp.concatenate([jnp.stack([w for x in (leaf, nog, swappable, growable) for w in x]).reshape(4, num_words), exhausted_bits])
     count = _popcount(words)
@@ -651,7 +641,7 @@ def _sum_terms(move, terms):
 
 
 def propose_tree(
-    u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, kinds=ALL_KINDS, count_exhausted=True, entries=False
+    u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, kinds=ALL_KINDS, entries=False
 ) -> Moves:
     """Propose a move for one tree (the data enter in the sweep).
 
@@ -671,12 +661,6 @@ def propose_tree(
         outputs is selected, so XLA drops its code from the compiled
         program: with GROW and PRUNE alone the optimised proposal is about
         40% smaller (200 trees of depth 6).
-    count_exhausted
-        Static: False if `max_split` has at least as many positive entries
-        as the tree has levels (`no_exhausted_counts`), so that no node
-        can have all its predictors exhausted: the proposal then compiles
-        no code to count them (with True it counts them at run time when
-        needed).
     entries
         Static: return the small integer fields (``remap_leaf``, ``cells``,
         ``cell_old``, ``cell_new``, ``cell_fresh``, ``set_*``) as tuples of
@@ -699,7 +683,7 @@ def propose_tree(
     slot = jnp.arange(heap_size, dtype=jnp.int32)
     u_move, u_split, u_node, u_var = u
     pick = functools.partial(_pick, kinds=kinds)
-    now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds, count_exhausted)
+    now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds)
     g_now, nog_now, change_now, swap_now = (now.counts[i] for i in range(4))
     possible = (g_now > 0) | (nog_now > 0) | (change_now > 0) | (swap_now > 0)
     weight = jnp.exp(now.log_probs)

@@ -19,7 +19,6 @@ of each tree after a burn-in several times the mixing time, so the samples
 are iid across trees and chi-square / KS tests are valid as they are.
 """
 
-import dataclasses
 import functools
 import itertools
 import re
@@ -692,9 +691,9 @@ def check_state(state, min_points, valid=None):
 DATA_N, DATA_TREES, DATA_DEPTH, DATA_MIN_POINTS = 200, 20, 6, 5
 
 
-def data_state(seed, *, binary=False, weighted=False, valid=None, n=DATA_N, moves='default', max_split=(10, 10, 3, 1, 20)):
+def data_state(seed, *, binary=False, weighted=False, valid=None, n=DATA_N, moves='default'):
     rng = np.random.default_rng(seed)
-    max_split = np.array(max_split)
+    max_split = np.array([10, 10, 3, 1, 20])
     X = np.stack([rng.integers(0, m + 1, size=n) for m in max_split]).astype(np.uint8)
     f = np.sin(X[0] / 3) + 0.3 * X[1] * (X[2] > 1) / 10 - 0.5 * X[3]
     y = f + rng.normal(scale=0.3, size=n)
@@ -801,26 +800,6 @@ def run_fresh(seed, state):
     """`run_data_chunk` from a fresh function, so that jit traces again
     with the patched modules."""
     return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(seed), state)
-
-
-@pytest.mark.parametrize(
-    ('max_split', 'counted'), [((10, 10, 3, 1, 20, 4), False), ((10, 10, 3, 1, 20, 0), True), ((10, 10, 3, 1, 20), True)]
-)
-def test_exhausted_counts_compiled_only_if_needed(max_split, counted):
-    """With at least as many usable predictors (``max_split > 0``) as a tree
-    has levels (6 at depth 6), no node can run out of them: the state says
-    so (`mcmcstep.MoveKinds.count_exhausted` False) and the proposal
-    compiles no code to count them. The chain is the one of the step that
-    checks at run time, bit for bit; with fewer usable predictors the
-    counts stay compiled."""
-    state = data_state(8, moves='mixed', max_split=max_split)
-    assert state.move_kinds.count_exhausted == counted
-    checked = state._replace(move_kinds=dataclasses.replace(state.move_kinds, count_exhausted=True))
-    a, info = run_fresh(8, state)
-    b, _ = run_fresh(8, checked)
-    assert int(np.sum(info.grow_accepted)) > 10 and int(np.sum(info.swap_accepted)) > 0
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_array_equal(x, y)
 
 
 def assert_same_chain(a, b):

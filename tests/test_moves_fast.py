@@ -340,19 +340,14 @@ _fast = jax.jit(jax.vmap(moves.propose_tree, _IN_AXES))
 _GROW_PRUNE = (True, True, False, False)
 _fast_grow_prune = jax.jit(jax.vmap(functools.partial(moves.propose_tree, kinds=_GROW_PRUNE), _IN_AXES))
 _reference = jax.jit(jax.vmap(_propose_tree_reference, _IN_AXES))
-_fast_no_count = jax.jit(jax.vmap(functools.partial(moves.propose_tree, count_exhausted=False), _IN_AXES))
 
 
 # cases where the proposal compiled for GROW and PRUNE alone is checked too
 # (each case has its own shapes: a compilation each)
 _GROW_PRUNE_CASES = {'grown', 'exhausted', 'stumps', 'single_leaf'}
-# cases with enough usable predictors that none can be exhausted, where the
-# proposal compiled without counting them (`MoveKinds.count_exhausted`) is
-# checked too
-_NO_COUNT_CASES = {'grown', 'dart', 'stumps'}
 
 
-def _propose_both(state, key, move_probs, check_grow_prune=False, check_no_count=False):
+def _propose_both(state, key, move_probs, check_grow_prune=False):
     m = state.forest.split_tree.shape[0]
     u = _uniform(key, (m, 4))
     args = (
@@ -368,10 +363,6 @@ def _propose_both(state, key, move_probs, check_grow_prune=False, check_no_count
     if check_grow_prune and move_probs == ('grow', 'prune'):
         # compiled for GROW and PRUNE alone (`MoveKinds`): the same moves
         _assert_same(_fast_grow_prune(*args), fast)
-    if check_no_count:
-        heap_size = 2 * state.forest.split_tree.shape[1]
-        assert moves.no_exhausted_counts(int(np.sum(np.asarray(state.max_split) > 0)), heap_size)
-        _assert_same(_fast_no_count(*args), fast)
     return fast, _reference(*args)
 
 
@@ -403,7 +394,7 @@ def test_propose_tree_matches_reference(case):
     kinds = np.zeros(4, int)
     for i, move_probs in enumerate(MOVE_PROBS):
         for key in random.split(random.key(100 + i), 8):
-            fast, reference = _propose_both(state, key, move_probs, case in _GROW_PRUNE_CASES, case in _NO_COUNT_CASES)
+            fast, reference = _propose_both(state, key, move_probs, case in _GROW_PRUNE_CASES)
             _assert_same(fast, reference)
             kinds += np.bincount(np.asarray(reference.kind)[np.asarray(reference.allowed)], minlength=4)
     if case not in ('single_leaf', 'no_cutpoints'):
@@ -462,11 +453,9 @@ def test_propose_tree_unbatched():
 
 def test_propose_moves_as_the_batch():
     """`mcmcstep.propose_moves` (the small fields stacked after the vmap,
-    the static settings of the state: all kinds, no counts of exhausted
-    predictors with 20 of them) gives the moves of the batched proposal."""
+    the kinds of the state) gives the moves of the batched proposal."""
     rng = np.random.default_rng(list(CASES).index('dart'))
     state = CASES['dart'](rng)
-    assert not state.move_kinds.count_exhausted
     key = random.key(11)
     fast, _ = _propose_both(state, key, None)
     _assert_same(jax.jit(mcmcstep.propose_moves)(key, state), fast)
