@@ -920,12 +920,15 @@ def propose_tree(
     cell_of = cell_of.astype(jnp.uint8)
 
     def picked(*options, unused=None):
-        """`pick` of tuples of scalars, entry by entry, stacked (selects
-        that fuse into one stack; a stack per option is a kernel of its
-        own); `unused`: the value of every entry where no move is possible."""
+        """`pick` of tuples of scalars, entry by entry (selects that fuse
+        into one stack, where a stack per option is a kernel of its own);
+        `unused`: the value of every entry where no move is possible."""
         out = [pick(kind, [jnp.asarray(o[i], jnp.int32) for o in options]) for i in range(len(options[0]))]
-        out = out if unused is None else [jnp.where(possible, x, unused) for x in out]
-        return tuple(out) if entries else jnp.stack(out)
+        return out if unused is None else [jnp.where(possible, x, unused) for x in out]
+
+    def output(values):
+        """A small output field from its entries: as they are with `entries`, else stacked."""
+        return tuple(values) if entries else jnp.stack(values)
 
     rows = picked((k, no), (no, no), (left, right), (sib, no), unused=no)
     # the rows of cell_of at `rows` (row 0 where unused), from the definitions above
@@ -936,15 +939,13 @@ def propose_tree(
         (jnp.where(dc, sib, k), jnp.where(dc, k, sib), zero, zero),
         unused=zero,
     )
-    remap_cell = jnp.stack(remap_cell) if entries else remap_cell
-    remap_cell = remap_cell.reshape(2, 2).astype(jnp.uint8).astype(jnp.int32)
+    remap_cell = jnp.stack(remap_cell).reshape(2, 2).astype(jnp.uint8).astype(jnp.int32)
 
     cells = picked((left, right, no, no), (left, right, no, no), (left, right, k, extra), (keep, moved, sib, k), unused=no)
     cell_old = picked((k, k, no, no), (left, right, no, no), (left, right, left, right), (keep, moved, sib, sib), unused=no)
     cell_new = picked((left, right, no, no), (k, k, no, no), (left, right, right, left), (keep, sib, sib, moved), unused=no)
     cell_fresh = (jnp.arange(4) >= 2) | (kind == GROW) | (kind == CHANGE)
     touched = (slot == cell_old[0]) | (slot == cell_old[1]) | (slot == cell_old[2]) | (slot == cell_old[3])
-    cell_fresh = tuple(cell_fresh[i] for i in range(4)) if entries else cell_fresh
     identity = now.leaf & ~touched
     is_k = slot == k
     is_child = (slot == left) | (slot == right)
@@ -961,16 +962,16 @@ def propose_tree(
         split=jnp.where(is_swap, split_b, split),
         log_ratio_tree=log_ratio.astype(jnp.float32),
         cell_of=cell_of,
-        remap_leaf=rows,
+        remap_leaf=output(rows),
         remap_cell=remap_cell,
-        cells=cells,
-        cell_old=cell_old,
-        cell_new=cell_new,
-        cell_fresh=cell_fresh,
+        cells=output(cells),
+        cell_old=output(cell_old),
+        cell_new=output(cell_new),
+        cell_fresh=output([cell_fresh[i] for i in range(4)]),
         identity=identity,
         leaf=now.leaf,
         new_leaf=jnp.where(possible, new_leaf, now.leaf),
-        set_node=set_node,
-        set_var=set_var,
-        set_split=set_split,
+        set_node=output(set_node),
+        set_var=output(set_var),
+        set_split=output(set_split),
     )
