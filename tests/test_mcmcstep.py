@@ -906,6 +906,60 @@ def test_chunk_compiler_options_do_not_change_the_chain():
     assert_same_chain(run(None), tuned)
 
 
+def test_run_mcmc_dispatches_the_next_call_before_reading(monkeypatch):
+    """`run_mcmc` dispatches each call of its chunk before it reads the
+    outputs of the call before (the device does not wait for the host
+    between calls): when the progress of a call reaches the host, the next
+    call is already dispatched. The draws, the final state and the
+    progress figures are those of calls run one by one; Ctrl-C (here
+    raised by the callback) returns the draws read so far."""
+    calls = []
+    original = mcmcloop._chunk_runner
+
+    def spy(*args, **kwargs):
+        runner = original(*args, **kwargs)
+
+        def wrapped(key, state, start, *rest, **kw):
+            calls.append(int(start))
+            return runner(key, state, start, *rest, **kw)
+
+        return wrapped
+
+    monkeypatch.setattr(mcmcloop, '_chunk_runner', spy)
+    state = data_state(3)
+    settings = {'n_burn': 7, 'n_save': 9, 'chunk_size': 5, 'printevery': None}
+
+    def run(stop_at=None):
+        calls.clear()
+        seen = []
+
+        def callback(figures):
+            seen.append((figures['iteration'], calls[-1], figures['grow_acc'], figures['sigma']))
+            if figures['iteration'] == stop_at:
+                raise KeyboardInterrupt
+
+        copy = jax.tree.map(jnp.copy, state)  # run_mcmc donates its state
+        out, trace, info = mcmcloop.run_mcmc(random.key(3), copy, callback=callback, **settings)
+        return jax.device_get(out), trace, info, seen
+
+    queued, trace, info, seen = run()
+    assert [s[0] for s in seen] == [5, 10, 15, 16]
+    assert [s[1] for s in seen] == [5, 10, 15, 15]  # the last call started at 15
+    monkeypatch.setattr(mcmcloop, '_CALLS_AHEAD', 0)
+    one_by_one, trace_1, info_1, seen_1 = run()
+    assert [s[1] for s in seen_1] == [0, 5, 10, 15]
+    assert [s[2:] for s in seen] == [s[2:] for s in seen_1]
+    outputs = [jax.tree.leaves((s, t, i.burn_sigma2)) for s, t, i in ((queued, trace, info), (one_by_one, trace_1, info_1))]
+    for a, b in zip(*outputs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(mcmcloop, '_CALLS_AHEAD', 1)
+    _, stopped, info, seen = run(stop_at=10)
+    assert info.interrupted
+    assert [s[0] for s in seen] == [5, 10]
+    assert stopped.fit_train.shape[0] == 10 - settings['n_burn']
+    np.testing.assert_array_equal(stopped.fit_train, trace.fit_train[:3])
+
+
 # (weighted: with the slow tests, 30 s of compilation)
 @pytest.mark.parametrize('weighted', [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_gpu_kernels_do_not_change_the_chain(monkeypatch, weighted):
