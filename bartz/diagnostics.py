@@ -192,6 +192,16 @@ def _average_ranks(a: np.ndarray) -> np.ndarray:
     Same as ``scipy.stats.rankdata(a, axis=1)``, several times faster on
     continuous draws (no stable sort needed: tied values share a rank anyway).
     """
+    order, ordered, twice = _sorted_twice_ranks(a)
+    ranks = np.empty(a.shape)
+    np.put_along_axis(ranks, order, twice / 2, axis=1)
+    return ranks
+
+
+def _sorted_twice_ranks(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order that sorts each row of a 2-d array, the sorted rows, and
+    twice the average rank of each sorted value (an integer: ties share
+    the mean of their ranks, a multiple of 1/2)."""
     m, n = a.shape
     order = np.argsort(a, axis=1)
     ordered = np.take_along_axis(a, order, axis=1)
@@ -199,25 +209,37 @@ def _average_ranks(a: np.ndarray) -> np.ndarray:
     new_group[:, 0] = True
     np.not_equal(ordered[:, 1:], ordered[:, :-1], out=new_group[:, 1:])
     if new_group.all():
-        sorted_ranks = np.broadcast_to(np.arange(1.0, n + 1), (m, n))
+        twice = np.broadcast_to(np.arange(2, 2 * n + 1, 2), (m, n))
     else:
         # groups of ties never cross rows, because each row starts a group
         flat = new_group.ravel()
         starts = np.flatnonzero(flat)
         counts = np.diff(starts, append=flat.size)
-        group_rank = starts % n + (counts + 1) / 2
-        sorted_ranks = group_rank[np.cumsum(flat) - 1].reshape(m, n)
-    ranks = np.empty((m, n))
-    np.put_along_axis(ranks, order, sorted_ranks, axis=1)
-    return ranks
+        group_twice = 2 * (starts % n) + counts + 1
+        twice = group_twice[np.cumsum(flat) - 1].reshape(m, n)
+    return order, ordered, twice
 
 
-def _z_scale(x: np.ndarray) -> np.ndarray:
-    """Rank-normalise pooling chains and draws: Phi^-1((r - 3/8) / (S + 1/4))."""
+def _z_scale(x: np.ndarray, with_median: bool = False):
+    """Rank-normalise pooling chains and draws: Phi^-1((r - 3/8) / (S + 1/4)).
+
+    The ranks are multiples of 1/2 from 1 to S: Phi^-1 is taken once per
+    possible rank, from a table (the same numbers as per draw, 50 times
+    fewer evaluations for 100 points by 500 draws). With `with_median`,
+    also the median of each element's pooled draws (from the sorted draws:
+    what `np.median` gives)."""
     num_elements, num_chains, num_draws = x.shape
     size = num_chains * num_draws
-    ranks = _average_ranks(x.reshape(num_elements, size))
-    return special.ndtri((ranks - 0.375) / (size + 0.25)).reshape(x.shape)
+    order, ordered, twice = _sorted_twice_ranks(x.reshape(num_elements, size))
+    table = special.ndtri((np.arange(2, 2 * size + 1) / 2 - 0.375) / (size + 0.25))
+    z = np.empty((num_elements, size))
+    np.put_along_axis(z, order, table[twice - 2], axis=1)
+    z = z.reshape(x.shape)
+    if not with_median:
+        return z
+    half = size // 2
+    median = ordered[:, half] if size % 2 else np.mean(ordered[:, half - 1 : half + 1], axis=1)
+    return z, median
 
 
 def _rhat_basic(x: np.ndarray) -> np.ndarray:
@@ -229,13 +251,17 @@ def _rhat_basic(x: np.ndarray) -> np.ndarray:
         return np.sqrt((between / within + num_draws - 1) / num_draws)
 
 
-def _rhat_bulk_tail(split: np.ndarray, z_split: np.ndarray) -> np.ndarray:
+def _rhat_bulk_tail(split: np.ndarray, z_split: np.ndarray, median: np.ndarray | None = None) -> np.ndarray:
     """Bulk and tail R-hat, shape ``(2, elements)``, from the split chains.
 
-    ``z_split`` is ``_z_scale(split)``, shared with the bulk ESS.
+    ``z_split`` is ``_z_scale(split)``, shared with the bulk ESS;
+    ``median``, if given, the median of each element's draws (from
+    ``_z_scale(split, with_median=True)``).
     """
     bulk = _rhat_basic(z_split)
-    folded = np.abs(split - np.median(split, axis=(1, 2), keepdims=True))
+    if median is None:
+        median = np.median(split, axis=(1, 2))
+    folded = np.abs(split - median[:, None, None])
     tail = _rhat_basic(_z_scale(folded))
     out = np.stack([bulk, tail])
     out[:, _is_constant(split)] = np.nan
@@ -326,7 +352,7 @@ def _ess_tail_core(x: np.ndarray) -> np.ndarray:
 
 def _rhat_batch(x: np.ndarray) -> np.ndarray:
     split = _split_chains(x)
-    return np.max(_rhat_bulk_tail(split, _z_scale(split)), axis=0, keepdims=True)
+    return np.max(_rhat_bulk_tail(split, *_z_scale(split, with_median=True)), axis=0, keepdims=True)
 
 
 def _ess_bulk_batch(x: np.ndarray) -> np.ndarray:
@@ -346,12 +372,12 @@ def _summary_batch(x: np.ndarray, probs: np.ndarray) -> np.ndarray:
     num_elements, num_chains, num_draws = x.shape
     flat = x.reshape(num_elements, num_chains * num_draws)
     split = _split_chains(x)
-    z_split = _z_scale(split)
+    z_split, median = _z_scale(split, with_median=True)
     return np.concatenate([
         np.mean(flat, axis=1)[None],
         np.std(flat, axis=1, ddof=1)[None],
         np.quantile(flat, probs, axis=1).reshape(len(probs), num_elements),
-        np.max(_rhat_bulk_tail(split, z_split), axis=0, keepdims=True),
+        np.max(_rhat_bulk_tail(split, z_split, median), axis=0, keepdims=True),
         _ess_core(z_split)[None],
         _ess_tail_core(x)[None],
     ])

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import linalg, signal, stats
+from scipy import linalg, signal, special, stats
 
 from bartz import diagnostics
 from bartz.diagnostics import ess, ess_bulk, ess_tail, geweke, rhat, summary
@@ -160,6 +160,26 @@ def test_average_ranks_match_scipy(seed):
         np.testing.assert_array_equal(
             diagnostics._average_ranks(a), stats.rankdata(a, axis=1)
         )
+
+
+@pytest.mark.parametrize('seed', SEEDS)
+def test_z_scale_table_is_ndtri_per_draw(seed):
+    """`_z_scale` takes Phi^-1 from a table of the possible (half-integer)
+    ranks: the same numbers as Phi^-1 of each draw's rank, with and
+    without ties; its median is `np.median`'s, for even and odd sizes."""
+    rng = np.random.default_rng(seed)
+    for x in (
+        rng.standard_normal((5, 2, 40)),
+        rng.integers(0, 4, (5, 3, 33)).astype(float),  # many ties, odd size
+        np.abs(rng.standard_normal((5, 2, 40)) - 0.1),
+    ):
+        size = x.shape[1] * x.shape[2]
+        ranks = stats.rankdata(x.reshape(len(x), size), axis=1)
+        expected = special.ndtri((ranks - 0.375) / (size + 0.25)).reshape(x.shape)
+        z, median = diagnostics._z_scale(x, with_median=True)
+        np.testing.assert_array_equal(z, expected)
+        np.testing.assert_array_equal(diagnostics._z_scale(x), expected)
+        np.testing.assert_array_equal(median, np.median(x, axis=(1, 2)))
 
 
 def test_reference_rank_normalization_and_rhat():
