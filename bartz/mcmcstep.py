@@ -550,18 +550,28 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # pass over all trees, at level 1, which does not vectorise it, made
     # warm fits 1.1 times slower at n = 1,000; benchmarks/README.md)
     write_in_loop = one_block
+    # the previous tree's cells, which its change in the residuals reads:
+    # at one block, carried from its data pass with the lanes in their low
+    # bits; at several, sliced again from the cells (read only in the
+    # loop): a carried row that is read and then overwritten costs two
+    # copies per block and tree (XLA's copy insertion), 32 of the 134
+    # kernels of a tree at 16 blocks (warm fits 0.97 times the time at n =
+    # 40,000 and 100,000; benchmarks/README.md)
+    carry_rows = one_block
 
     @_programs.inlined
     def finish(resid, leaf_indices, rows, prev_row, prev_cells, j):
         """Apply the change of tree `j` (its output row `prev_row`, whose
         last column is ``old - new`` value by slot; `rows`: its cells, the
-        carried rows of each block) to the residuals; with
+        carried rows of each block, or None: sliced from `cell_indices`) to the residuals; with
         `write_in_loop`, write its final leaves in `leaf_indices` too
         (`prev_cells`: its remapped cells, `_final_leaves`)."""
         delta = prev_row[:, -1]
         if write_in_loop:
             accepted = (lax.bitcast_convert_type(prev_row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
         out = []
+        if rows is None:
+            rows = [lax.dynamic_slice(cell_indices, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0] for start, stop in bounds]
         for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
             if one_block:
                 row = kernels.unlane(row, heap_size)
@@ -632,7 +642,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             # kernels per block
             row = lax.dynamic_slice(cells, (j, jnp.asarray(0, j.dtype)), (1, n))[0]
             num_counted = kernels.count_equal(row, counted)
-        return resid, leaf_indices, tuple(rows), (sums, None if count_in_scatter else num_counted)
+        return resid, leaf_indices, tuple(rows) if carry_rows else None, (sums, None if count_in_scatter else num_counted)
 
     @_programs.inlined
     def tree_stats(data_sums, j):
@@ -821,10 +831,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             for start, stop in bounds
         ),
         cell_indices if write_in_loop else None,
-        tuple(
-            kernels.lane_indices(cell_indices[0, start:stop], heap_size, lane) if one_block else cell_indices[0, start:stop]
-            for start, stop in bounds
-        ),
+        tuple(kernels.lane_indices(cell_indices[0, start:stop], heap_size, lane) for start, stop in bounds) if carry_rows else None,
         jnp.zeros((heap_size, num_columns), jnp.float32),
         jnp.zeros((num_trees, heap_size, num_columns), jnp.float32),
     )
