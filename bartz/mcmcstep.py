@@ -555,8 +555,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # bits; at several, sliced again from the cells (read only in the
     # loop): a carried row that is read and then overwritten costs two
     # copies per block and tree (XLA's copy insertion), 32 of the 134
-    # kernels of a tree at 16 blocks (warm fits 0.97 times the time at n =
-    # 40,000 and 100,000; benchmarks/README.md)
+    # kernels of a tree at 16 blocks (warm fits 0.97-0.99 times the time
+    # at n = 40,000 and 100,000; benchmarks/README.md)
     carry_rows = one_block
 
     @_programs.inlined
