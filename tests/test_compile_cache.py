@@ -626,10 +626,12 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
     """A short first fit runs its first call on the quick program, the
     others on the full one (made to finish compiling in between), and its
     draws are those of a fit that ran on the full program only, bit for
-    bit; the full program is the one stored."""
+    bit; the full program is the one stored. With one chain the first
+    call's outputs are read before the second call is dispatched (which
+    would wait for the full program): its progress is not held back."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz import _programs, gbart  # noqa: PLC0415
+    from bartz import _programs, gbart, sharding  # noqa: PLC0415
 
     monkeypatch.setenv('BARTZ_QUICK_COMPILE', '1')
     calls = []
@@ -641,6 +643,7 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
 
         def __call__(self, *args):
             calls.append(self.name)
+            events.append(self.name)
             out = self.program(*args)
             if self.name == 'quick':  # the full program takes over from the next call
                 assert _programs.wait_for_background(timeout=120)
@@ -654,6 +657,15 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
         return Recorded(program, 'full' if options is None else 'quick'), fresh
 
     monkeypatch.setattr(_programs, '_compile_fresh', recording)
+    events = []
+    to_host = sharding.to_host
+
+    def reading(x):
+        if not events or events[-1] != 'read':
+            events.append('read')
+        return to_host(x)
+
+    monkeypatch.setattr(sharding, 'to_host', reading)
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(200, 4))
     f = np.sin(4 * x[:, 0]) + x[:, 1]
@@ -669,6 +681,8 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
     assert calls[:chains] == ['quick'] * chains
     assert calls[chains:] == ['full'] * (len(calls) - chains)
     assert len(calls) == chains * -(-(10 + 30 // chains) // 10)  # ndpost is split among the chains; 10 per call
+    if chains == 1:
+        assert events[:3] == ['quick', 'read', 'full']
     assert len(list(programs_in.glob('mcmc_chunk-*.bartz-program'))) == 1
     _programs._LOADED.cache_clear()
     calls.clear()
