@@ -663,18 +663,17 @@ def run_mcmc(
     first_chunk_time = None
     interrupted = False
     # the calls dispatched and not yet read: (outputs, iterations, time
-    # dispatched). A one-chain or vmapped runner returns at once (JAX's
-    # asynchronous dispatch), so the next call is dispatched before this
-    # one's outputs are read (`_CALLS_AHEAD`); the chains on threads
-    # (`split`) run call by call. A quick first program (`quick`) is read
-    # before the second call, whose dispatch waits for the full program's
-    # compilation: its progress is not held back until then
+    # dispatched), up to `_CALLS_AHEAD` beyond the one being read. The
+    # chains on threads (`split`) run call by call; a quick first program
+    # (`quick`) is read before the second call, whose dispatch waits for the
+    # full program's compilation (its progress is not held back until then)
     pending = []
     dispatched = 0
     ahead = _CALLS_AHEAD if split is None else 0
     try:
         while done_iters < total:
-            while dispatched < total and len(pending) <= (0 if quick is not None and done_iters == 0 else ahead):
+            limit = 0 if quick is not None and done_iters == 0 else ahead
+            while dispatched < total and len(pending) <= limit:
                 iters = min(iters_per_call, total - dispatched)
                 t0 = time.perf_counter()
                 state, out = runner(

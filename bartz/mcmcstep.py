@@ -559,11 +559,16 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # at n = 40,000 and 100,000; benchmarks/README.md)
     carry_rows = one_block
 
+    def tree_row(cells, j, start, stop):
+        """Points ``start:stop`` of tree `j`'s row of `cells` (``(m, n)``)."""
+        return lax.dynamic_slice(cells, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0]
+
     @_programs.inlined
     def finish(resid, leaf_indices, rows, prev_row, prev_cells, j):
         """Apply the change of tree `j` (its output row `prev_row`, whose
         last column is ``old - new`` value by slot; `rows`: its cells, the
-        carried rows of each block, or None: sliced from `cell_indices`) to the residuals; with
+        carried rows of each block, or None: read from `cell_indices`) to
+        the residuals; with
         `write_in_loop`, write its final leaves in `leaf_indices` too
         (`prev_cells`: its remapped cells, `_final_leaves`)."""
         delta = prev_row[:, -1]
@@ -571,7 +576,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             accepted = (lax.bitcast_convert_type(prev_row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
         out = []
         if rows is None:
-            rows = [lax.dynamic_slice(cell_indices, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0] for start, stop in bounds]
+            rows = [tree_row(cell_indices, j, start, stop) for start, stop in bounds]
         for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
             if one_block:
                 row = kernels.unlane(row, heap_size)
@@ -605,7 +610,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         sums = 0.0
         num_counted = 0
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
-            row = lax.dynamic_slice(cells, (j, jnp.asarray(start, j.dtype)), (1, stop - start))[0]
+            row = tree_row(cells, j, start, stop)
             if one_block:
                 row = kernels.lane_indices(row, heap_size, lane)
             rows.append(row)
@@ -640,7 +645,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             # at many data blocks, the counted cells' points over the
             # whole row in one kernel (`kernels.count_equal`), not in four
             # kernels per block
-            row = lax.dynamic_slice(cells, (j, jnp.asarray(0, j.dtype)), (1, n))[0]
+            row = tree_row(cells, j, 0, n)
             num_counted = kernels.count_equal(row, counted)
         return resid, leaf_indices, tuple(rows) if carry_rows else None, (sums, None if count_in_scatter else num_counted)
 
