@@ -491,7 +491,9 @@ class _SplitChains:
 # reads: they wait on the device behind it, which then does not sit idle
 # while the host reads the draws, updates the progress and dispatches the
 # next call (about 2 ms a call on the 2-core CPU of benchmarks/README.md:
-# warm fits 0.975-0.988 times the time at n = 1,000). 0: call by call.
+# warm fits 0.975-0.988 times the time at n = 1,000). The draw buffers of
+# 1 + `_CALLS_AHEAD` calls (`chunk_shape`) are then on the device at once.
+# 0: call by call.
 _CALLS_AHEAD = 1
 
 
