@@ -5,6 +5,7 @@ is the smoke test its docstring advertises)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -131,7 +132,8 @@ def test_device_profile_reads_device_streams_of_a_perfetto_trace(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ('script', 'option'), [('kernels.py', '--n'), ('device_profile.py', '--ndpost'), ('variants.py', '--n')]
+    ('script', 'option'),
+    [('kernels.py', '--n'), ('device_profile.py', '--ndpost'), ('variants.py', '--n'), ('perf_kernels.py', '--n')],
 )
 def test_scripts_reject_sizes_below_one(script, option):
     proc = _run_script(f'benchmarks/{script}', option, '0', timeout=120)
@@ -153,3 +155,20 @@ def test_variants_prints_every_variant():
     assert rows['warm (same settings)'][1] == '0', proc.stdout
     assert rows['seed=5'][1] == '0', proc.stdout
     assert int(rows['ntree=50'][1]) >= 1, proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which('perf') is None or shutil.which('gdb') is None, reason='needs perf and gdb')
+def test_perf_kernels_names_the_sweep_kernels():
+    """`perf_kernels.py` names the samples in XLA's code by kernel: at n =
+    1,000 the scatter of the per-leaf sums is among them, and the
+    cumulative shares grow to at most 100%."""
+    args = ('--n', '1000', '--nskip', '10', '--ndpost', '10', '--seconds', '1', '--top', '100')
+    proc = _run_script('benchmarks/perf_kernels.py', *args, timeout=300)
+    if proc.returncode and 'perf failed' in proc.stderr:
+        pytest.skip(f'perf cannot sample here: {proc.stderr[-200:]}')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith('| ') and '%' in line]
+    cumulative = [float(row.split('|')[2].strip().rstrip('%')) for row in rows]
+    assert any('kernel wrapped_scatter' in row for row in rows), proc.stdout
+    assert cumulative == sorted(cumulative) and 50 < cumulative[-1] <= 100
