@@ -462,8 +462,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     """
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
-    # one RNG call: the acceptance uniforms and the leaf noise, one value
-    # per slot of the heap's deepest level (`_noise_slot`)
+    # one RNG call: the acceptance uniforms and the leaf noise
     log_u, noise = _accept_and_noise(key, num_trees, heap_size)
     inv_sigma2 = 1.0 / state.sigma2
     inv_tau2 = 1.0 / state.leaf_prior_var
@@ -805,18 +804,14 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     leaves = jnp.stack([moves.cell_old, moves.cell_new], axis=1)  # (m, 2, 4)
     same = (leaves[:, :, :, None] == leaves[:, :, None, :]) & used[:, None, None, :]  # (m, 2, 4, 4)
     first = used[:, None, :] & ~jnp.any(same & _EARLIER[:num_cells, :num_cells], axis=3)  # (m, 2, 4)
-    noise_slot = jnp.asarray(_noise_slot(heap_size))
-    noise_at = jnp.take_along_axis(noise[:, None, :], noise_slot[jnp.clip(leaves, 0, heap_size - 1)], axis=2)  # (m, 2, 4)
+    noise_at = jnp.take_along_axis(noise[:, None, :], jnp.clip(leaves, 0, heap_size - 1), axis=2)  # (m, 2, 4)
     # with `write_in_loop`, each tree gets the remapped cells of the tree before it (whose final leaves it writes)
     prev_cells = jnp.concatenate([jnp.full((1, 3, 2), -1, jnp.int32), remapped_cells[:-1]]) if write_in_loop else None
     if one_block:
         # (`same` by its last axis: the loop reads each part in the kernel
         # that uses it, where a slice of the whole is a kernel of its own)
         same = tuple(same[..., d] for d in range(num_cells))
-    # the noise by slot, for all trees at once (in the loop, the expansion
-    # was a kernel of its own per tree); XLA forms the normals here again
-    # for each slot they map to (`_noise_by_slot`)
-    xs = _TreeInputs(old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, _noise_by_slot(noise))
+    xs = _TreeInputs(old_at, counted, prev_cells, same, first, noise_at, forest.leaf_count, moves, log_u, noise)
     num_columns = 3 + keep_prec
     # on CPU, below `_SPLIT_MAX_POINTS` points on one device: the loop body
     # split in two conditionals (`body`; benchmarks/README.md: warm `gbart`
@@ -935,26 +930,29 @@ def _leaf_draw(stats, noise, inv_sigma2, inv_tau2):
 @_programs.inlined
 def _accept_and_noise(key, num_trees, heap_size):
     """Log acceptance uniforms ``(m,)`` and standard normal leaf noise
-    ``(m, H / 2)``: one value per slot of the deepest level of the heap,
-    which `_noise_slot` maps to the leaves of any tree, each its own value.
+    ``(m, H)`` by heap slot, from ``H / 2`` values per tree, one per slot of
+    the deepest level of the heap, which `_noise_slot` maps to the slots:
+    the leaves of any tree get distinct (independent) values.
 
-    Half the values of one per heap slot: the Threefry words and the
-    normals of the noise took about 6% of a warm fit at n = 1,000 (warm
-    fits 0.97 times the time with half; benchmarks/README.md)."""
+    Half the Threefry words of one value per slot (the words and the
+    normals of the noise took about 6% of a warm fit at n = 1,000;
+    benchmarks/README.md). The words are expanded, not the normals: XLA
+    fuses the normals into the expansion, and emitted their code once per
+    level of the heap (5% more compilation)."""
     size = max(1, heap_size // 2)
     words = _random_words(key, num_trees * (1 + 2 * size))
     if words is None:
         key_u, key_noise = random.split(key)
         u = random.uniform(key_u, (num_trees,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
-        return jnp.log(u), random.normal(key_noise, (num_trees, size))
+        return jnp.log(u), _noise_by_slot(random.normal(key_noise, (num_trees, size)))
     u = jnp.maximum(_unit_float(words[:num_trees]), jnp.finfo(jnp.float32).tiny)
-    pairs = words[num_trees:].reshape(2, num_trees, size)
+    pairs = _noise_by_slot(words[num_trees:].reshape(2, num_trees, size))
     return jnp.log(u), _normal_from_words(pairs[0], pairs[1])
 
 
 def _noise_slot(heap_size: int) -> np.ndarray:
     """For each heap slot ``(H,)``, which of the ``H / 2`` leaf noise values
-    of `_accept_and_noise` it reads: the position, on the deepest level of
+    of `_accept_and_noise` it takes: the position, on the deepest level of
     the heap, of the slot's leftmost descendant there.
 
     The leaves of a tree partition that level into the ranges of their
@@ -970,10 +968,9 @@ def _noise_slot(heap_size: int) -> np.ndarray:
 
 
 def _noise_by_slot(noise):
-    """``noise[..., _noise_slot(H)]`` for noise ``(..., H / 2)``, as strided
-    slices (the slots of depth d read every ``2**(D - d)``-th value, D the
-    deepest level): XLA fuses them into the kernels that read them, where
-    the gather was a kernel of its own."""
+    """``noise[..., _noise_slot(H)]`` for ``noise`` ``(..., H / 2)``, as
+    strided slices (the slots of depth d take every ``2**(D - d)``-th value,
+    D the deepest level), which XLA fuses into the kernel that reads them."""
     size = noise.shape[-1]
     parts = [noise[..., :1]]  # slot 0
     stride = size

@@ -1209,11 +1209,24 @@ def test_leaf_noise_slots_differ_on_every_tree(heap_size):
     assert np.array_equal(np.asarray(mcmcstep._noise_by_slot(jnp.asarray(values))), values[index])
 
 
+def test_leaf_noise_by_slot_follows_the_slot_map():
+    """`mcmcstep._accept_and_noise` gives each heap slot the value of the
+    deepest-level slot `mcmcstep._noise_slot` maps it to, and the deepest
+    level's values differ."""
+    heap_size = 64
+    noise = np.asarray(jax.jit(lambda key: mcmcstep._accept_and_noise(key, 50, heap_size)[1])(random.key(1)))
+    assert noise.shape == (50, heap_size)
+    deepest = noise[:, heap_size // 2 :]
+    np.testing.assert_array_equal(noise, deepest[:, mcmcstep._noise_slot(heap_size)])
+    assert all(np.unique(row).size == heap_size // 2 for row in deepest)
+
+
 def test_leaf_noise_is_normal():
     """The leaf noise of the sweep (`mcmcstep._accept_and_noise`) is N(0, 1):
-    KS over 2**21 draws, and the frequencies beyond 3, 4 and 4.5 sd on each
-    side match the normal's (Poisson, two-sided)."""
-    draw = jax.jit(lambda key: mcmcstep._accept_and_noise(key, 64, 2**16)[1])
+    KS over 2**21 draws (the distinct values: the deepest level of the
+    heap), and the frequencies beyond 3, 4 and 4.5 sd on each side match
+    the normal's (Poisson, two-sided)."""
+    draw = jax.jit(lambda key: mcmcstep._accept_and_noise(key, 64, 2**16)[1][:, 2**15 :])
     z = np.concatenate([np.asarray(draw(k)).ravel() for k in random.split(random.key(0), 1)])
     assert z.size == 2**21
     assert stats.kstest(z, stats.norm.cdf).pvalue > P_MIN
