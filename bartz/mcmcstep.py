@@ -953,14 +953,15 @@ def _accept_and_noise(key, num_trees, heap_size):
 def _noise_slot(heap_size: int) -> np.ndarray:
     """For each heap slot ``(H,)``, which of the ``H / 2`` leaf noise values
     of `_accept_and_noise` it takes: the position, on the deepest level of
-    the heap, of the slot's leftmost descendant there.
+    the heap, of the slot's leftmost descendant there (the map that
+    `_noise_by_slot` applies, written as indices for the tests).
 
     The leaves of a tree partition that level into the ranges of their
     descendants, so their leftmost descendants differ: the leaves of any
-    tree read distinct (independent) values. Two slots share a value only
+    tree take distinct (independent) values. Two slots share a value only
     when one descends from the other by left children alone, and a node
     and its descendant are never leaves of the same tree. (Slot 0, never a
-    node, reads value 0.)"""
+    node, takes value 0.)"""
     slot = np.arange(heap_size)
     depth = np.floor(np.log2(np.maximum(slot, 1))).astype(np.int64)
     deepest = max(0, heap_size.bit_length() - 2)
