@@ -568,9 +568,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         """Apply the change of tree `j` (its output row `prev_row`, whose
         last column is ``old - new`` value by slot; `rows`: its cells, the
         carried rows of each block, or None: read from `cell_indices`) to
-        the residuals; with
-        `write_in_loop`, write its final leaves in `leaf_indices` too
-        (`prev_cells`: its remapped cells, `_final_leaves`)."""
+        the residuals; with `write_in_loop`, write its final leaves in
+        `leaf_indices` too (`prev_cells`: its remapped cells, `_final_leaves`)."""
         delta = prev_row[:, -1]
         if write_in_loop:
             accepted = (lax.bitcast_convert_type(prev_row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)

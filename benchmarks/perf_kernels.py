@@ -45,6 +45,7 @@ while not os.path.exists({stop!r}):
 """
 
 IDLE = ('Steal', 'PopBack', 'MaybeGetTask', 'WorkerLoop')
+UNNAMED = '(XLA code, unnamed)'
 
 
 def _run(cmd):
@@ -72,12 +73,10 @@ def profile(n: int, seconds: float, nskip: int, ndpost: int) -> tuple[collection
         data = tmp / 'perf.data'
         _run(['perf', 'record', '-F', '4000', '-p', pid, '-o', str(data), '--', 'sleep', str(seconds)])
         samples = _run(['perf', 'script', '-i', str(data), '-F', 'ip,sym,dso']).stdout.splitlines()
-        jit = collections.Counter()
-        for line in samples:
-            if 'perf-' in line:  # anonymous executable memory: XLA's code
-                jit[int(line.split()[0], 16) >> 6] += 1
+        # samples in anonymous executable memory (XLA's code), by 64-byte block
+        blocks = {int(line.split()[0], 16) >> 6 for line in samples if 'perf-' in line}
         script = tmp / 'names.gdb'
-        script.write_text('set architecture i386:x86-64\n' + ''.join(f'x/1i {block << 6:#x}\n' for block in jit))
+        script.write_text('set architecture i386:x86-64\n' + ''.join(f'x/1i {block << 6:#x}\n' for block in blocks))
         out = _run(['gdb', '-p', pid, '-batch', '-x', str(script)]).stdout
     finally:
         stop.touch()
@@ -87,12 +86,12 @@ def profile(n: int, seconds: float, nskip: int, ndpost: int) -> tuple[collection
     for line in out.splitlines():
         m = re.match(r'\s*(0x[0-9a-f]+)(?: <([^+>]+)(?:\+\d+)?>)?:', line)
         if m:
-            names[int(m.group(1), 16) >> 6] = m.group(2) or '(XLA code, unnamed)'
+            names[int(m.group(1), 16) >> 6] = m.group(2) or UNNAMED
     counts = collections.Counter()
     for line in samples:
         address, _, rest = line.strip().partition(' ')
         if 'perf-' in line:
-            counts['kernel ' + names.get(int(address, 16) >> 6, '(XLA code, unnamed)')] += 1
+            counts['kernel ' + names.get(int(address, 16) >> 6, UNNAMED)] += 1
         elif any(k in rest for k in IDLE):
             counts['(idle worker threads)'] += 1
         elif 'xla::' in rest or 'Eigen' in rest or 'tsl::' in rest:
