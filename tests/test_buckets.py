@@ -12,6 +12,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 from bartz import buckets, gbart
+from tests.coupling import assert_same_fit
 
 N, P = 100, 3
 SETTINGS = {'ntree': 20, 'ndpost': 30, 'nskip': 20, 'printevery': None, 'seed': 3}
@@ -124,12 +125,8 @@ def test_draws_do_not_depend_on_padding(case, request):
     request.getfixturevalue('bigger_buckets')
     padded = _fit(case, x, y)
     assert buckets.bucket_length(N) > 128  # the fixture took effect
-    for name in ('yhat_train', 'yhat_test', 'sigma', 'varcount', 'varprob', 'prob_train'):
-        a, b = getattr(usual, name, None), getattr(padded, name, None)
-        if a is None:
-            assert b is None
-            continue
-        assert_allclose(np.asarray(b, float), np.asarray(a, float), rtol=1e-4, atol=1e-5, err_msg=name)
+    # up to a decision that float rounding flips (see `coupling`)
+    assert_same_fit(padded, usual, rtol=1e-4, atol=1e-5)
 
 
 # ---------------------------------------------------------------- no recompilation for a new n
