@@ -196,7 +196,7 @@ def _normal_quantile(u):
 
     As accurate as `jax.scipy.special.ndtri` in float32 (relative error
     below 4e-7 on the grid of `_uniform`, tails included) at about 60% of
-    its cost, which matters for the leaf noise of a sweep (trees x heap
+    its cost, which matters for the leaf noise of a sweep (trees x half the heap
     size values per iteration): ``ndtri`` evaluates six rational functions
     of degree 8 and two logarithms per value.
 

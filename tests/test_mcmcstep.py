@@ -1185,11 +1185,48 @@ def test_gamma_ends_on_bad_shape():
 # ---------------------------------------------------------------- leaf noise, large weighted n
 
 
+@pytest.mark.parametrize('heap_size', [2, 4, 8, 16, 64, 256])
+def test_leaf_noise_slots_differ_on_every_tree(heap_size):
+    """`mcmcstep._noise_slot` gives the leaves of any tree distinct noise
+    values: exhaustively, two nodes of the heap read the same value only if
+    one descends from the other (they are never leaves of the same tree);
+    every value is in range and read by the deepest level; and
+    `mcmcstep._noise_by_slot` is the same map."""
+    index = mcmcstep._noise_slot(heap_size)
+    half = heap_size // 2
+    assert index.shape == (heap_size,) and index.dtype == np.int32
+    assert np.all((0 <= index) & (index < half))
+    assert np.array_equal(np.sort(index[half:]), np.arange(half))
+    slots = np.arange(1, heap_size)
+    same = index[slots][:, None] == index[slots][None, :]
+    depth = np.floor(np.log2(slots)).astype(int)
+    # t descends from s iff t >> (depth t - depth s) == s
+    shift = np.maximum(depth[None, :] - depth[:, None], 0)
+    below = (depth[None, :] >= depth[:, None]) & ((slots[None, :] >> shift) == slots[:, None])
+    related = below | below.T
+    assert np.all(related[same])
+    values = np.arange(half, dtype=np.float32) + 0.5
+    assert np.array_equal(np.asarray(mcmcstep._noise_by_slot(jnp.asarray(values))), values[index])
+
+
+def test_leaf_noise_by_slot_follows_the_slot_map():
+    """`mcmcstep._accept_and_noise` gives each heap slot the value of the
+    deepest-level slot `mcmcstep._noise_slot` maps it to, and the deepest
+    level's values differ."""
+    heap_size = 64
+    noise = np.asarray(jax.jit(lambda key: mcmcstep._accept_and_noise(key, 50, heap_size)[1])(random.key(1)))
+    assert noise.shape == (50, heap_size)
+    deepest = noise[:, heap_size // 2 :]
+    np.testing.assert_array_equal(noise, deepest[:, mcmcstep._noise_slot(heap_size)])
+    assert all(np.unique(row).size == heap_size // 2 for row in deepest)
+
+
 def test_leaf_noise_is_normal():
     """The leaf noise of the sweep (`mcmcstep._accept_and_noise`) is N(0, 1):
-    KS over 2**21 draws, and the frequencies beyond 3, 4 and 4.5 sd on each
-    side match the normal's (Poisson, two-sided)."""
-    draw = jax.jit(lambda key: mcmcstep._accept_and_noise(key, 64, 2**15)[1])
+    KS over 2**21 draws (the distinct values: the deepest level of the
+    heap), and the frequencies beyond 3, 4 and 4.5 sd on each side match
+    the normal's (Poisson, two-sided)."""
+    draw = jax.jit(lambda key: mcmcstep._accept_and_noise(key, 64, 2**16)[1][:, 2**15 :])
     z = np.concatenate([np.asarray(draw(k)).ravel() for k in random.split(random.key(0), 1)])
     assert z.size == 2**21
     assert stats.kstest(z, stats.norm.cdf).pvalue > P_MIN
