@@ -43,7 +43,9 @@ def assert_coupled(structure, values, *, rtol=1e-5, atol=1e-5):
         number of draws where none does), for the callers' comparisons of
         what is not per draw.
     """
-    (chains, draws), *_ = {np.shape(a)[:2] for pair in (*structure.values(), *values.values()) for a in pair}
+    leading = {np.shape(a)[:2] for pair in (*structure.values(), *values.values()) for a in pair}
+    assert len(leading) == 1, f'draws shaped differently: {leading}'
+    ((chains, draws),) = leading
     same_trees = np.ones((chains, draws), bool)
     for a, b in structure.values():
         same_trees &= (np.asarray(a) == np.asarray(b)).reshape(chains, draws, -1).all(-1)
