@@ -74,14 +74,19 @@ def assert_same_fit(fit, ref, *, rtol=1e-5, atol=1e-5):
     names = [name for name in names if getattr(ref, name, None) is not None]
     for name in names:
         assert getattr(fit, name, None) is not None, name
+
+    def by_chain(f, name):  # (draws, ...), chain after chain, as (chains, draws per chain, ...)
+        value = np.asarray(getattr(f, name))
+        return value.reshape(ref.chains, -1, *value.shape[1:])
+
     first = assert_coupled(
-        {'varcount': (fit.by_chain('varcount'), ref.by_chain('varcount'))},
-        {name: (fit.by_chain(name), ref.by_chain(name)) for name in names},
+        {'varcount': (by_chain(fit, 'varcount'), by_chain(ref, 'varcount'))},
+        {name: (by_chain(fit, name), by_chain(ref, name)) for name in names},
         rtol=rtol,
         atol=atol,
     )
     if getattr(ref, 'sigma', None) is not None:
-        whole = first == fit.ndpost // fit.chains
+        whole = first == ref.ndpost // ref.chains
         sigma = np.asarray(fit.sigma).reshape(len(fit.sigma), -1)  # (iterations, chains)
         ref_sigma = np.asarray(ref.sigma).reshape(sigma.shape)
         np.testing.assert_allclose(sigma[:, whole], ref_sigma[:, whole], rtol=rtol, atol=atol, err_msg='sigma')
