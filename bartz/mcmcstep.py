@@ -459,6 +459,11 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     concurrent mode, which hands kernels between threads. Split, the body
     is three executors of at most 8 kernels (6, 6 and 8 at n = 1,000), the
     draws the same bit for bit.
+
+    On CPU at one data block without weights, from `_PAIR_MIN_POINTS`
+    points, the loop goes by pairs of trees instead (`_pair_sweep`): two
+    small trees share one pass over the data, the draws differ by float
+    rounding only.
     """
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
@@ -839,8 +844,25 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         jnp.zeros((heap_size, num_columns), jnp.float32),
         jnp.zeros((num_trees, heap_size, num_columns), jnp.float32),
     )
-    _, *carry, outs = lax.while_loop(lambda carry: carry[0] < num_trees, body, carry)
-    resid, leaf_indices = finish(*carry, remapped_cells[-1], np.uint32(num_trees - 1))
+    # on CPU at one data block, without weights, the loop goes by pairs of
+    # trees (`_pair_sweep`): a pair whose cells are all below `_PAIR_CELLS`
+    # (trees of at most 3 levels after the move) shares one pass over the
+    # data (warm `gbart` 0.83 times the time at n = 5,000, 0.79-0.81 at
+    # 10,000, 0.81 at 20,000; 0.91 at 2,000 and 0.96 at 1,000, where its
+    # larger program compiles about 0.4 s longer in a first fit of 3.5 s:
+    # from `_PAIR_MIN_POINTS`; benchmarks/README.md)
+    pair_loop = (
+        _PAIR_MIN_POINTS <= n and stacked and one_block and data_axis is None and kernels._on_cpu() and num_trees % 2 == 0
+    )
+    if pair_loop:
+        max_cell = jnp.maximum(jnp.max(jnp.where(moves.identity, slot, 0), axis=1), jnp.max(moves.cells, axis=1))
+        eligible = jnp.all((max_cell < _PAIR_CELLS).reshape(num_trees // 2, 2), axis=1) & _PAIR_SHARED
+        resid, leaf_indices, outs = _pair_sweep(
+            carry[1], cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns
+        )
+    else:
+        _, *carry, outs = lax.while_loop(lambda carry: carry[0] < num_trees, body, carry)
+        resid, leaf_indices = finish(*carry, remapped_cells[-1], np.uint32(num_trees - 1))
     leaf_tree = outs[:, :, 0]
     bits = lax.bitcast_convert_type(outs[:, :, 1], jnp.int32)
     flags = bits[:, _FLAGS_SLOT]
@@ -882,6 +904,165 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     flags = jnp.stack([proposed, proposed & accepted[None, :]], axis=1).reshape(8, num_trees)
     info = StepInfo(*jnp.sum(flags, axis=-1, dtype=jnp.int32))
     return state._replace(forest=forest, resid=resid), info
+
+
+def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns):
+    """The loop over trees of `_sweep_trees`, by pairs of trees.
+
+    A pair whose cells are all slots below `_PAIR_CELLS` (`eligible`, one
+    per pair) shares one pass over the data: it sums the residuals (and
+    counts the points) by pair of cells ``(a, b)`` of its two trees
+    (``8 a + b``: a table of 64 sums, with the scatter's lanes as for one
+    tree). The first tree's sums are the table summed over ``b``; the
+    second tree's, summed over ``a`` after adding the first tree's change
+    of each point (``old - new`` value of its cell ``a``: a constant of the
+    cell) times the points of each pair of cells. Another pair takes a
+    second pass for its second tree, over the residuals with the first
+    tree's change (not written). Each pair's change (both trees') is
+    applied to the residuals, and its final leaves written, by the next
+    pair's first pass. Per tree about half the passes over the data of
+    `_sweep_trees`'s loop, whose statistics and draws (`tree_stats`) it
+    shares; the draws differ by float rounding only. Under `vmap` (chains
+    vmapped on one device) the choice of a pair's path is a select, and
+    both paths run.
+
+    `resid`: the one data block's residuals beside a column of ones.
+    Returns the residuals (as `resid`), the final leaves of the points and
+    the trees' output rows.
+    """
+    cells = _PAIR_CELLS
+    n = cell_indices.shape[1]
+    # the scatter's bins: the 64 pairs of cells, or the slots of one tree
+    # (at most 256: uint8 cells), with as many lanes as fit uint8 indices
+    bins = max(cells * cells, heap_size)
+    cell_bits = cells.bit_length() - 1
+    # (per tree: whether it starts an eligible pair; indexed by the loop's
+    # tree counter without a division, each scalar operation being a kernel)
+    eligible = jnp.repeat(eligible, 2)
+    # the scatter's lanes, formed in the kernel of the pair's index from a
+    # uint32 copy of the lane pattern: XLA's task assigner (from 2**12
+    # points, `bartz.mcmcloop._compiler_options`) splits a kernel over the
+    # runtime's threads when it counts more operations than bytes, which
+    # with uint8 lanes this kernel did (warm fits at n = 10,000: 0.90 times
+    # the time of the loop of `_sweep_trees` split, 0.79 not;
+    # benchmarks/README.md)
+    lane_shift = kernels._scatter_lanes(n, bins).bit_length() - 1
+    lane = kernels.lane_pattern(n, bins)
+    wide_lane = None if lane is None else lax.optimization_barrier(lane.astype(jnp.uint32))
+
+    def laned(index):
+        return index if lane is None else (index << lane_shift) | wide_lane.astype(jnp.uint8)
+
+    def by_slot(sums):
+        """Sums over the first `cells` slots, as sums over the heap's slots."""
+        if heap_size <= cells:
+            return sums[:heap_size]
+        return jnp.pad(sums, ((0, heap_size - cells), (0, 0)))
+
+    def tree_row(leaf_indices, j):
+        return lax.dynamic_index_in_dim(leaf_indices, j, 0, keepdims=False)
+
+    def with_change(resid, *row_deltas):
+        change = sum(_lookup(delta, row) for row, delta in row_deltas)
+        return resid + jnp.stack([change, jnp.zeros_like(change)], axis=1)
+
+    def final_row(leaf_indices, row, j, out, first):
+        accepted = (lax.bitcast_convert_type(out[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
+        remapped = jnp.where(first, -1, lax.dynamic_index_in_dim(remapped_cells, j, 0, keepdims=False))
+        final = _final_leaves(row, remapped, accepted)
+        return lax.dynamic_update_slice(leaf_indices, final[None], (j, jnp.zeros((), j.dtype)))
+
+    def finish(resid, leaf_indices, outs, j, first, rows, pair_outs, next_j):
+        """The change of the pair of trees ``j, j + 1`` applied to the
+        residuals (`rows`: their cells, carried from their pass: read here
+        from `leaf_indices`, which this writes, they cost XLA a copy of all
+        of it; `pair_outs`: their output rows, ``old - new`` value by slot
+        in their last column), their final leaves written (where not
+        `first`), and their output rows; the index of the next pair's second
+        tree, and whether that pair is eligible (scalar kernels that do not
+        fit in `pair_sums`'s executor)."""
+        (row_t, row_u), (out_t, out_u) = rows, pair_outs
+        resid = with_change(resid, (row_t, out_t[:, -1]), (row_u, out_u[:, -1]))
+        leaf_indices = final_row(leaf_indices, row_t, j, out_t, first)
+        leaf_indices = final_row(leaf_indices, row_u, j + 1, out_u, first)
+        outs = lax.dynamic_update_slice_in_dim(outs, jnp.stack([out_t, out_u]), j, 0)
+        return resid, leaf_indices, outs, next_j + 1, eligible[next_j]
+
+    def pair_sums(resid, leaf_indices, j, u, pair):
+        """The trees' cells; the residuals summed by pair of cells (else by
+        the first tree's cells), with the first tree's sums."""
+        row_t, row_u = tree_row(leaf_indices, j), tree_row(leaf_indices, u)
+        index = jnp.where(pair, (row_t << cell_bits) | row_u, row_t)
+        sums = _leaf_sums(laned(index), resid, bins, laned=True)
+        by_pair = sums[: cells * cells].reshape(cells, cells, 2)
+        first = jnp.where(pair, by_slot(jnp.sum(by_pair, axis=1)), sums[:heap_size])
+        return row_t, row_u, sums, first
+
+    def corrected(sums, resid, row_t, row_u, out_t):
+        """The second tree's sums from the table: summed over the first
+        tree's cells, with the first tree's change (a constant by cell) times its points."""
+        by_pair = sums[: cells * cells].reshape(cells, cells, 2)
+        points = by_pair[:, :, 1]
+        resid_u = jnp.sum(by_pair[:, :, 0] + out_t[:cells, -1, None] * points, axis=0)
+        return by_slot(jnp.stack([resid_u, jnp.sum(points, axis=0)], axis=1))
+
+    def second_pass(sums, resid, row_t, row_u, out_t):
+        """The second tree's sums from a pass over the residuals with the
+        first tree's change (not written: `finish` applies both trees' changes)."""
+        resid = with_change(resid, (row_t, out_t[:, -1]))
+        return _leaf_sums(laned(row_u), resid, bins, laned=True)[:heap_size]
+
+    # XLA's CPU runtime runs an executor of at most 8 kernels in order on
+    # one thread, a larger one in its concurrent mode, which hands kernels
+    # between threads (idle and OS time about tripled, for the body in
+    # executors of 9 to 24 kernels). As in the loop of `_sweep_trees`, the
+    # body is a sequence of conditionals whose predicate is always true, of
+    # at most 8 kernels each; the branch never taken passes the updated
+    # arguments through (taken, they are updated in place)
+    always = lax.optimization_barrier(jnp.asarray(True))
+
+    row_shape = jax.ShapeDtypeStruct((heap_size, num_columns), jnp.float32)
+
+    def in_order(fun, *args, through=0, shapes=None):
+        """``fun(*args)`` in an executor of its own; it returns its first
+        `through` arguments first, updated. `shapes`: those of its outputs,
+        if known (else traced once more)."""
+        if shapes is None:
+            shapes = jax.eval_shape(fun, *args)
+
+        def never(*args):
+            zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+            return (*args[:through], *zeros[through:]) if through else zeros
+
+        return lax.cond(always, _programs.inlined(fun), never, *args)
+
+    def pair_stats(resid, row_t, row_u, sums, first, j, u, pair):
+        """Both trees' statistics and draws (their output rows)."""
+        out_t = in_order(tree_stats, (first, None), j, shapes=row_shape)
+        sums_u = lax.cond(pair, corrected, second_pass, sums, resid, row_t, row_u, out_t)
+        return out_t, in_order(tree_stats, (sums_u, None), u, shapes=row_shape)
+
+    def body(carry):
+        j, resid, leaf_indices, outs, rows, pair_outs = carry
+        # (before the first pair, pair 0 finishes as if unchanged: no change, its cells written back)
+        prev = jnp.maximum(j, 2) - 2
+        resid, leaf_indices, outs, u, pair = in_order(finish, resid, leaf_indices, outs, prev, j == 0, rows, pair_outs, j, through=3)
+        row_t, row_u, sums, first = in_order(pair_sums, resid, leaf_indices, j, u, pair)
+        pair_outs = in_order(pair_stats, resid, row_t, row_u, sums, first, j, u, pair, shapes=(row_shape, row_shape))
+        return j + 2, resid, leaf_indices, outs, (row_t, row_u), pair_outs
+
+    (block,) = resid
+    outs = jnp.zeros((num_trees, heap_size, num_columns), jnp.float32)
+    zero = jnp.zeros((heap_size, num_columns), jnp.float32)
+    carry = (np.uint32(0), block, cell_indices, outs, (cell_indices[0], cell_indices[1]), (zero, zero))
+    carry = lax.while_loop(lambda c: c[0] < num_trees, body, carry)
+    block, leaf_indices, outs, *_ = finish(*carry[1:4], np.uint32(num_trees - 2), False, *carry[4:], np.uint32(0))
+    return (block,), leaf_indices, outs
+
+
+_PAIR_MIN_POINTS = 2**12
+_PAIR_CELLS = 8  # (cells per tree of a shared pass: pairs of cells ``8 a + b`` below 64)
+_PAIR_SHARED = True  # (a knob for the tests: False, every pair takes two passes)
 
 
 def _final_leaves(cells, remapped, accepted):

@@ -33,6 +33,7 @@ from scipy import stats
 from bartz import grove, kernels, mcmcloop, mcmcstep
 from bartz import moves as moves_module
 from bartz.grove import TreeHeaps
+from tests.coupling import assert_coupled
 
 P_MIN = 1e-4  # each statistical test must have a p-value above this
 
@@ -881,6 +882,62 @@ def test_split_tree_loop_does_not_change_the_chain(monkeypatch, binary, weighted
     assert int(np.sum(info.grow_accepted)) > 10
     for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(split), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def run_traced(seed, state):
+    """`DATA_CHUNK` steps from a fresh function (traced with the patched
+    modules): the final state, and each step's trees, leaf values and sigma2."""
+
+    @jax.jit
+    def run(key, state):
+        def body(state, key):
+            state, _ = mcmcstep.step(key, state)
+            f = state.forest
+            return state, (f.var_tree, f.split_tree, f.leaf_tree, state.sigma2)
+
+        return lax.scan(body, state, random.split(key, DATA_CHUNK))
+
+    return run(random.key(seed), state)
+
+
+@pytest.mark.parametrize('shared', [True, False])
+def test_pairs_of_trees_couple_with_the_tree_loop(monkeypatch, shared):
+    """On CPU at one data block without weights, from `_PAIR_MIN_POINTS`
+    points, the loop over trees goes by pairs (`mcmcstep._pair_sweep`): a
+    pair of trees of at most 3 levels shares one pass over the data (the
+    second tree's sums corrected by the first tree's change), another takes
+    two (all pairs with ``shared`` False). Forced at small n, with padding:
+    the cached quantities stay consistent with the trees, both kinds of
+    pair occur, and the chains of 4 seeds couple with those of the loop tree
+    by tree (the programs sum in another order: the same decisions up to a
+    flipped one, in at most half the seeds; until then the same values up
+    to float rounding)."""
+    valid = np.ones(DATA_N, bool)
+    valid[[3, 77, 150]] = False
+    seeds = range(4)
+    states = [data_state(seed, valid=valid) for seed in seeds]
+    monkeypatch.setattr(mcmcstep, '_PAIR_MIN_POINTS', 2**62)
+    trees = [run_traced(seed, state)[1] for seed, state in zip(seeds, states)]
+    monkeypatch.setattr(mcmcstep, '_PAIR_MIN_POINTS', 0)
+    monkeypatch.setattr(mcmcstep, '_PAIR_SHARED', shared)
+    pairs = []
+    for seed, state in zip(seeds, states):
+        final, trace = run_traced(seed, state)
+        check_state(final, DATA_MIN_POINTS, valid)
+        pairs.append(trace)
+    (var_a, split_a, leaf_a, sigma2_a), (var_b, split_b, leaf_b, sigma2_b) = (
+        [np.stack([np.asarray(run[i]) for run in runs]) for i in range(4)] for runs in (trees, pairs)
+    )
+    # (pairs of trees of at most 2 levels, whose moves all have cells below 8,
+    # and trees of 4 levels, whose pairs take two passes)
+    depth = np.asarray(grove.forest_depth(split_b)).reshape(len(seeds), DATA_CHUNK, DATA_TREES // 2, 2)
+    assert np.any(np.all(depth <= 1, axis=-1)) and np.any(depth >= 3)
+    assert_coupled(
+        {'var': (var_a, var_b), 'split': (split_a, split_b)},
+        {'leaf': (leaf_a, leaf_b), 'sigma2': (sigma2_a, sigma2_b)},
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def test_chunk_compiler_options_do_not_change_the_chain():
