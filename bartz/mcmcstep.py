@@ -577,7 +577,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         `leaf_indices` too (`prev_cells`: its remapped cells, `_final_leaves`)."""
         delta = prev_row[:, -1]
         if write_in_loop:
-            accepted = (lax.bitcast_convert_type(prev_row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
+            accepted = _row_accepted(prev_row)
         out = []
         if rows is None:
             rows = [tree_row(cell_indices, j, start, stop) for start, stop in bounds]
@@ -833,12 +833,13 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # outside the loop, behind a barrier that keeps XLA from forming it
     # again inside; `kernels.lane_pattern`)
     lane = lax.optimization_barrier(kernels.lane_pattern(n, heap_size) if one_block else None)
+    resid_blocks = tuple(
+        jnp.stack([state.resid[start:stop], jnp.ones(stop - start, jnp.float32)], axis=1) if stacked else state.resid[start:stop]
+        for start, stop in bounds
+    )
     carry = (
         np.uint32(0),  # (unsigned tree index: no wrap of negative indices in the slices)
-        tuple(
-            jnp.stack([state.resid[start:stop], jnp.ones(stop - start, jnp.float32)], axis=1) if stacked else state.resid[start:stop]
-            for start, stop in bounds
-        ),
+        resid_blocks,
         cell_indices if write_in_loop else None,
         tuple(kernels.lane_indices(cell_indices[0, start:stop], heap_size, lane) for start, stop in bounds) if carry_rows else None,
         jnp.zeros((heap_size, num_columns), jnp.float32),
@@ -858,7 +859,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         max_cell = jnp.maximum(jnp.max(jnp.where(moves.identity, slot, 0), axis=1), jnp.max(moves.cells, axis=1))
         eligible = jnp.all((max_cell < _PAIR_CELLS).reshape(num_trees // 2, 2), axis=1) & _PAIR_SHARED
         resid, leaf_indices, outs = _pair_sweep(
-            carry[1], cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns
+            resid_blocks, cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns
         )
     else:
         _, *carry, outs = lax.while_loop(lambda carry: carry[0] < num_trees, body, carry)
@@ -967,7 +968,7 @@ def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_
         return resid + jnp.stack([change, jnp.zeros_like(change)], axis=1)
 
     def final_row(leaf_indices, row, j, out, first):
-        accepted = (lax.bitcast_convert_type(out[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
+        accepted = _row_accepted(out)
         remapped = jnp.where(first, -1, lax.dynamic_index_in_dim(remapped_cells, j, 0, keepdims=False))
         final = _final_leaves(row, remapped, accepted)
         return lax.dynamic_update_slice(leaf_indices, final[None], (j, jnp.zeros((), j.dtype)))
@@ -1063,6 +1064,11 @@ def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_
 _PAIR_MIN_POINTS = 2**12
 _PAIR_CELLS = 8  # (cells per tree of a shared pass: pairs of cells ``8 a + b`` below 64)
 _PAIR_SHARED = True  # (a knob for the tests: False, every pair takes two passes)
+
+
+def _row_accepted(row):
+    """Whether the tree of output row `row` (``(H, columns)``) accepted its move (its flags' bit 0)."""
+    return (lax.bitcast_convert_type(row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
 
 
 def _final_leaves(cells, remapped, accepted):
