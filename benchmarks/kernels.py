@@ -5,6 +5,7 @@ Run from the repository root:
     .venv/bin/python benchmarks/kernels.py
     .venv/bin/python benchmarks/kernels.py --n 100000 --lines 40
     .venv/bin/python benchmarks/kernels.py --moves grow,prune --depth 2
+    .venv/bin/python benchmarks/kernels.py --ir --lines 15
 
 A first fit compiles one program, the MCMC loop, and on CPU its XLA
 compile time grows with its number of kernels (fusions and the other
@@ -28,7 +29,11 @@ fits `gbart` once in a fresh process with the compilation caches off
   gamma draw is a ``body 3``);
 - per line of bartz's source (the innermost bartz frames of each kernel's
   stack, ``--depth`` of them), the number of kernels it made, by
-  computation.
+  computation;
+- with ``--ir``, the program's optimised LLVM IR (XLA's dump of each
+  kernel module, ``*.ir-with-opt.ll``) by bartz source file and line, and
+  its largest kernels: on CPU, LLVM's share of the compile time grows with
+  it (deterministic, where a cold compile's time swings with the machine).
 
 A kernel is any instruction of a non-fused computation but parameters,
 tuples, their elements, constants and bitcasts (free in XLA's CPU runtime).
@@ -177,6 +182,49 @@ def _kernels(body):
     return out
 
 
+def _ir_sizes(dump_dir, program_path):
+    """Bytes of optimised LLVM IR of each kernel module of the program
+    dumped in `program_path`: ``{kernel instruction name: bytes}``."""
+    prefix = program_path.name.split('.cpu_after_optimizations')[0] + '.'
+    suffix = '_kernel_module.ir-with-opt.ll'
+    out = {}
+    for file in dump_dir.glob(f'{prefix}*{suffix}'):
+        name = file.name[len(prefix) : -len(suffix)].removeprefix('__compute_module_')
+        out[name] = file.stat().st_size
+    return out
+
+
+def _print_ir(ir_sizes, text, stack, args):
+    """The optimised LLVM IR of the kernels by bartz source file and by
+    the innermost `--depth` bartz frames, and the largest kernels: on CPU,
+    LLVM's time per kernel grows with it (benchmarks/README.md, "Where the
+    cold compile goes on this VM")."""
+    sources = {}
+    for line in text.split('\n'):
+        match = re.match(r'\s*(?:ROOT )?%(\S+) = ', line)
+        if match:
+            frame = re.search(r'stack_frame_id=(\d+)', line)
+            frames = stack(int(frame.group(1))) if frame else []
+            sources[match.group(1)] = [(file, function, line_no) for file, function, line_no in frames if file.endswith('.py')]
+    by_file, by_line, largest = collections.Counter(), collections.Counter(), []
+    for name, size in ir_sizes.items():
+        # (a called computation's module is named after it, its call instruction after the call)
+        ours = sources.get(name) or sources.get(name.removesuffix('_computation'), [])
+        by_file[ours[0][0] if ours else '(no source)'] += size
+        where = ' < '.join(f'{file}:{line_no} {function}' for file, function, line_no in ours[: args.depth])
+        by_line[where or f'({name}, no source)'] += size
+        largest.append((size, name, where))
+    total = sum(ir_sizes.values())
+    print(f'\noptimised LLVM IR: {total / 1e3:,.0f} kB in {len(ir_sizes)} kernel modules')
+    print('by file: ' + ', '.join(f'{file} {100 * size / total:.0f}%' for file, size in by_file.most_common()))
+    print('by source line (kB):')
+    for where, size in by_line.most_common(args.lines):
+        print(f'{size / 1e3:>8.1f}  {where}')
+    print('largest kernels (kB):')
+    for size, name, where in sorted(largest, reverse=True)[: min(args.lines, 10)]:
+        print(f'{size / 1e3:>8.1f}  {name}  {where}')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--n', type=int, default=1000, help='training points (default 1000)')
@@ -187,6 +235,9 @@ def main(argv=None):
     parser.add_argument('--depth', type=int, default=1, help='bartz frames per source entry (default 1)')
     parser.add_argument('--lines', type=int, default=30, help='source lines to print per computation (default 30)')
     parser.add_argument('--dump', default=None, help='keep the dump in this directory (default: a temporary one)')
+    parser.add_argument(
+        '--ir', action='store_true', help="also print the program's optimised LLVM IR by source and its largest kernels"
+    )
     args = parser.parse_args(argv)
     for name in ('n', 'p', 'ndpost', 'depth', 'lines'):
         if getattr(args, name) < 1:
@@ -202,6 +253,7 @@ def main(argv=None):
             sys.exit(f'no optimised CPU program in {dump_dir} (this script reads the CPU backend)')
         path = dumps[-1]  # the largest program: the MCMC loop
         text = path.read_text()
+        ir_sizes = _ir_sizes(dump_dir, path) if args.ir else {}
 
     def seconds(suffix):
         return sum(v for k, v in events.items() if k.endswith(suffix))
@@ -244,6 +296,11 @@ def main(argv=None):
             print(f'{count:>5}  {where}')
         if len(by_line) > args.lines:
             print(f'{sum(c for _, c in by_line.most_common()[args.lines:]):>5}  ({len(by_line) - args.lines} other lines)')
+
+    if args.ir:
+        if not ir_sizes:
+            sys.exit('no LLVM IR of the program in the dump (this XLA does not write it)')
+        _print_ir(ir_sizes, text, stack, args)
 
 
 if __name__ == '__main__':

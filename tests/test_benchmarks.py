@@ -63,8 +63,9 @@ def test_peers_rejects_bad_moves(moves):
 def test_kernels_attributes_the_loop_to_its_source():
     """`kernels.py` compiles a small fit and finds the loop over trees (a
     loop body inside the loop over iterations, with its two conditionals,
-    each run in order) and bartz's source lines."""
-    args = ('benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5')
+    each run in order) and bartz's source lines, and with ``--ir`` the
+    program's LLVM IR by source file (the proposal's among them)."""
+    args = ('benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5', '--ir')
     proc = _run_script(*args, drop_env=('XLA_FLAGS',))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -82,6 +83,12 @@ def test_kernels_attributes_the_loop_to_its_source():
     branches = [r for r in rows if r[3:5] == ['branch', '3'] and r[2] == 'in-order']
     assert loop_over_trees and len(branches) >= 2, out
     assert 'mcmcstep.py:' in out and 'moves.py:' in out
+    ir = out.split('\noptimised LLVM IR: ', 1)[1].splitlines()
+    kilobytes, modules = ir[0].split(' kB in ')
+    assert float(kilobytes.replace(',', '')) > 0 and int(modules.split()[0]) > 0, out
+    shares = dict(item.rsplit(' ', 1) for item in ir[1].removeprefix('by file: ').split(', '))
+    assert 'moves.py' in shares and 'mcmcstep.py' in shares, out
+    assert 95 <= sum(int(share.rstrip('%')) for share in shares.values()) <= 105, out  # (rounded shares)
 
 
 def _device_profile():
