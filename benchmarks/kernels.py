@@ -182,6 +182,14 @@ def _kernels(body):
     return out
 
 
+def _bartz_frames(line, stack):
+    """The Python frames (bartz's, innermost first) of an instruction's
+    line of the dump: ``[(file, function, line), ...]``."""
+    match = re.search(r'stack_frame_id=(\d+)', line)
+    frames = stack(int(match.group(1))) if match else []
+    return [(file, function, line_no) for file, function, line_no in frames if file.endswith('.py')]
+
+
 def _ir_sizes(dump_dir, program_path):
     """Bytes of optimised LLVM IR of each kernel module of the program
     dumped in `program_path`: ``{kernel instruction name: bytes}``."""
@@ -203,9 +211,7 @@ def _print_ir(ir_sizes, text, stack, args):
     for line in text.split('\n'):
         match = re.match(r'\s*(?:ROOT )?%(\S+) = ', line)
         if match:
-            frame = re.search(r'stack_frame_id=(\d+)', line)
-            frames = stack(int(frame.group(1))) if frame else []
-            sources[match.group(1)] = [(file, function, line_no) for file, function, line_no in frames if file.endswith('.py')]
+            sources[match.group(1)] = _bartz_frames(line, stack)
     by_file, by_line, largest = collections.Counter(), collections.Counter(), []
     for name, size in ir_sizes.items():
         # (a called computation's module is named after it, its call instruction after the call)
@@ -284,9 +290,7 @@ def main(argv=None):
             continue
         by_line, by_file = collections.Counter(), collections.Counter()
         for op, line in kernels:
-            match = re.search(r'stack_frame_id=(\d+)', line)
-            frames = stack(int(match.group(1))) if match else []
-            ours = [f'{file}:{line_no} {function}' for file, function, line_no in frames if file.endswith('.py')]
+            ours = [f'{file}:{line_no} {function}' for file, function, line_no in _bartz_frames(line, stack)]
             by_line[' < '.join(ours[: args.depth]) or f'({op}, no source)'] += 1
             by_file[ours[0].split(':', 1)[0] if ours else '(no source)'] += 1
         print(f'\n{role} {name[:60]}: {len(kernels)} kernels')
