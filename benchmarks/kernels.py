@@ -6,6 +6,7 @@ Run from the repository root:
     .venv/bin/python benchmarks/kernels.py --n 100000 --lines 40
     .venv/bin/python benchmarks/kernels.py --moves grow,prune --depth 2
     .venv/bin/python benchmarks/kernels.py --ir --lines 15
+    .venv/bin/python benchmarks/kernels.py --compile-times --lines 15
 
 A first fit compiles one program, the MCMC loop, and on CPU its XLA
 compile time grows with its number of kernels (fusions and the other
@@ -33,7 +34,17 @@ fits `gbart` once in a fresh process with the compilation caches off
 - with ``--ir``, the program's optimised LLVM IR (XLA's dump of each
   kernel module, ``*.ir-with-opt.ll``) by bartz source file and line, and
   its largest kernels: on CPU, LLVM's share of the compile time grows with
-  it (deterministic, where a cold compile's time swings with the machine).
+  it (deterministic, where a cold compile's time swings with the machine),
+  but it is not a measure of compile time: LLVM's full unrolling of short
+  inner loops (``-unroll-threshold=0``) cut the IR by 29% and not the
+  compile time (benchmarks/README.md, "Session of 2026-11-28 (seventh)");
+- with ``--compile-times``, a second fit under JAX's profiler (no dump,
+  Python tracer off): the wall time of XLA's compile phases (HLO passes,
+  kernel emission, LLVM) and the thread time XLA spent emitting each
+  kernel (``FusionCompiler::Compile``, MLIR to LLVM IR) by bartz source
+  file and line, and the costliest kernels: a measured share of the
+  compile, where each kernel costs about 10 ms of emission whatever its
+  size, plus its LLVM code generation (not attributed per kernel).
 
 A kernel is any instruction of a non-fused computation but parameters,
 tuples, their elements, constants and bitcasts (free in XLA's CPU runtime).
@@ -43,6 +54,7 @@ whose stack frame tables resolve each kernel's ``stack_frame_id``.
 
 import argparse
 import collections
+import gzip
 import json
 import os
 import pathlib
@@ -60,10 +72,12 @@ _IN_ORDER_MAX_KERNELS = 8
 _TABLES = ('FileNames', 'FunctionNames', 'FileLocations', 'StackFrames')
 
 
-def _fit(args, dump_dir):
-    """Fit in a fresh process with the dump on; returns JAX's compile events."""
+def _fit(args, dump_dir=None, trace_dir=None):
+    """Fit in a fresh process, with XLA's dump on (`dump_dir`) or under
+    JAX's profiler (`trace_dir`, its Python tracer off); returns JAX's
+    compile events."""
     code = f"""
-import collections, json, sys, warnings
+import collections, contextlib, json, sys, warnings
 import jax
 events = collections.Counter()
 jax.monitoring.register_event_duration_secs_listener(lambda name, secs, **kw: events.update({{name: secs}}))
@@ -73,7 +87,12 @@ rng = np.random.default_rng(0)
 x = rng.uniform(size=({args.n}, {args.p}))
 y = np.sin(3 * x[:, 0]) + x[:, -1] + 0.3 * rng.normal(size={args.n})
 extra = {{}} if {args.moves!r} is None else {{'moves': tuple({args.moves!r}.split(','))}}
-with warnings.catch_warnings():
+trace = contextlib.nullcontext()
+if {str(trace_dir) if trace_dir else None!r} is not None:
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    trace = jax.profiler.trace({str(trace_dir)!r}, profiler_options=options)
+with warnings.catch_warnings(), trace:
     warnings.simplefilter('ignore')
     bartz.gbart(x, y, nskip={args.nskip}, ndpost={args.ndpost}, printevery=None, seed=0, **extra)
 print(json.dumps(dict(events)))
@@ -81,7 +100,8 @@ print(json.dumps(dict(events)))
     env = dict(os.environ)
     env['BARTZ_COMPILATION_CACHE'] = '0'
     env.pop('JAX_COMPILATION_CACHE_DIR', None)
-    env['XLA_FLAGS'] = f'{env.get("XLA_FLAGS", "")} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text'.strip()
+    if dump_dir is not None:
+        env['XLA_FLAGS'] = f'{env.get("XLA_FLAGS", "")} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text'.strip()
     proc = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f'the fit failed:\n{proc.stderr[-3000:]}')
@@ -202,33 +222,65 @@ def _ir_sizes(dump_dir, program_path):
     return out
 
 
-def _print_ir(ir_sizes, text, stack, args):
-    """The optimised LLVM IR of the kernels by bartz source file and by
-    the innermost `--depth` bartz frames, and the largest kernels: on CPU,
-    LLVM's time per kernel grows with it (benchmarks/README.md, "Where the
-    cold compile goes on this VM")."""
+def _compile_times(trace_dir):
+    """From JAX's profile of a fit: the thread time XLA's CPU compiler spent
+    emitting each kernel (``FusionCompiler::Compile``, MLIR to LLVM IR:
+    ``{kernel instruction name: seconds}``), and the wall time of its
+    phases (``{label: seconds}``, summed over their events, labels of
+    `_COMPILE_PHASES`)."""
+    files = list(pathlib.Path(trace_dir).glob('**/*.trace.json.gz'))
+    if not files:
+        return {}, {}
+    with gzip.open(files[0]) as f:
+        events = [e for e in json.load(f)['traceEvents'] if e.get('ph') == 'X']
+    kernels, phases = collections.Counter(), collections.Counter()
+    for event in events:
+        name, seconds = event['name'], event.get('dur', 0) / 1e6
+        if name == 'FusionCompiler::Compile':
+            module = event.get('args', {}).get('module', '?')
+            kernels[module.removeprefix('__compute_module_').removesuffix('_kernel_module')] += seconds
+        elif name in _COMPILE_PHASES:
+            phases[_COMPILE_PHASES[name]] += seconds
+    return kernels, phases
+
+
+# XLA CPU compiler's phases: their events in a profile (wall time), summed
+# per label
+_COMPILE_PHASES = {
+    'HLO passes through layout assignment (jit_run)': 'HLO passes',
+    'HLO passes after layout assignment (jit_run)': 'HLO passes',
+    'ThunkEmitter::EmitEntryComputation': 'kernel emission (both cores)',
+    'ThunkEmitter::ConsumeKernels': 'kernel emission (both cores)',
+    'Codegen': 'LLVM (both cores)',
+}
+
+
+def _print_by_source(values, text, stack, args, title, unit, scale):
+    """`values` (``{kernel instruction name: amount}``, printed times
+    `scale` in `unit`) by bartz source file and by the innermost `--depth`
+    bartz frames, and the largest kernels."""
     sources = {}
     for line in text.split('\n'):
         match = re.match(r'\s*(?:ROOT )?%(\S+) = ', line)
         if match:
             sources[match.group(1)] = _bartz_frames(line, stack)
     by_file, by_line, largest = collections.Counter(), collections.Counter(), []
-    for name, size in ir_sizes.items():
+    for name, value in values.items():
         # (a called computation's module is named after it, its call instruction after the call)
         ours = sources.get(name) or sources.get(name.removesuffix('_computation'), [])
-        by_file[ours[0][0] if ours else '(no source)'] += size
+        by_file[ours[0][0] if ours else '(no source)'] += value
         where = ' < '.join(f'{file}:{line_no} {function}' for file, function, line_no in ours[: args.depth])
-        by_line[where or f'({name}, no source)'] += size
-        largest.append((size, name, where))
-    total = sum(ir_sizes.values())
-    print(f'\noptimised LLVM IR: {total / 1e3:,.0f} kB in {len(ir_sizes)} kernel modules')
-    print('by file: ' + ', '.join(f'{file} {100 * size / total:.0f}%' for file, size in by_file.most_common()))
-    print('by source line (kB):')
-    for where, size in by_line.most_common(args.lines):
-        print(f'{size / 1e3:>8.1f}  {where}')
-    print('largest kernels (kB):')
-    for size, name, where in sorted(largest, reverse=True)[: min(args.lines, 10)]:
-        print(f'{size / 1e3:>8.1f}  {name}  {where}')
+        by_line[where or f'({name}, no source)'] += value
+        largest.append((value, name, where))
+    total = sum(values.values())
+    print(f'\n{title}: {total * scale:,.0f} {unit} in {len(values)} kernel modules')
+    print('by file: ' + ', '.join(f'{file} {100 * value / total:.0f}%' for file, value in by_file.most_common()))
+    print(f'by source line ({unit}):')
+    for where, value in by_line.most_common(args.lines):
+        print(f'{value * scale:>8.1f}  {where}')
+    print(f'largest kernels ({unit}):')
+    for value, name, where in sorted(largest, reverse=True)[: min(args.lines, 10)]:
+        print(f'{value * scale:>8.1f}  {name}  {where}')
 
 
 def main(argv=None):
@@ -243,6 +295,11 @@ def main(argv=None):
     parser.add_argument('--dump', default=None, help='keep the dump in this directory (default: a temporary one)')
     parser.add_argument(
         '--ir', action='store_true', help="also print the program's optimised LLVM IR by source and its largest kernels"
+    )
+    parser.add_argument(
+        '--compile-times',
+        action='store_true',
+        help="also fit under JAX's profiler and print XLA's compile phases and its time per kernel, by source",
     )
     args = parser.parse_args(argv)
     for name in ('n', 'p', 'ndpost', 'depth', 'lines'):
@@ -260,6 +317,12 @@ def main(argv=None):
         path = dumps[-1]  # the largest program: the MCMC loop
         text = path.read_text()
         ir_sizes = _ir_sizes(dump_dir, path) if args.ir else {}
+    kernel_times, phases, compile_seconds = {}, {}, 0.0
+    if args.compile_times:
+        with tempfile.TemporaryDirectory() as trace_dir:
+            traced = _fit(args, trace_dir=trace_dir)
+            kernel_times, phases = _compile_times(trace_dir)
+        compile_seconds = sum(v for k, v in traced.items() if k.endswith('backend_compile_duration'))
 
     def seconds(suffix):
         return sum(v for k, v in events.items() if k.endswith(suffix))
@@ -304,7 +367,16 @@ def main(argv=None):
     if args.ir:
         if not ir_sizes:
             sys.exit('no LLVM IR of the program in the dump (this XLA does not write it)')
-        _print_ir(ir_sizes, text, stack, args)
+        _print_by_source(ir_sizes, text, stack, args, 'optimised LLVM IR', 'kB', 1e-3)
+    if args.compile_times:
+        if not kernel_times:
+            sys.exit("no kernel compile events in the fit's profile (this XLA does not record them)")
+        labels = dict.fromkeys(_COMPILE_PHASES.values())
+        print(
+            f'\nXLA compile phases (wall, profiled fit, no dump): compile {compile_seconds:.2f} s; '
+            + ', '.join(f'{label} {phases.get(label, 0):.2f} s' for label in labels)
+        )
+        _print_by_source(kernel_times, text, stack, args, 'kernel emission (FusionCompiler, thread time)', 'ms', 1e3)
 
 
 if __name__ == '__main__':

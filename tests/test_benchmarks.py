@@ -65,7 +65,7 @@ def test_kernels_attributes_the_loop_to_its_source():
     loop body inside the loop over iterations, with its two conditionals,
     each run in order) and bartz's source lines, and with ``--ir`` the
     program's LLVM IR by source file (the proposal's among them)."""
-    args = ('benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5', '--ir')
+    args = ('benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5', '--ir', '--compile-times')
     proc = _run_script(*args, drop_env=('XLA_FLAGS',))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -89,17 +89,57 @@ def test_kernels_attributes_the_loop_to_its_source():
     shares = dict(item.rsplit(' ', 1) for item in ir[1].removeprefix('by file: ').split(', '))
     assert 'moves.py' in shares and 'mcmcstep.py' in shares, out
     assert 95 <= sum(int(share.rstrip('%')) for share in shares.values()) <= 105, out  # (rounded shares)
+    # --compile-times: XLA's phases and the emission time per kernel, by file
+    phases = out.split('\nXLA compile phases (wall, profiled fit, no dump): compile ', 1)[1].splitlines()[0]
+    assert float(phases.split(' s;', 1)[0]) > 0 and 'LLVM (both cores)' in phases, out
+    emission = out.split('\nkernel emission (FusionCompiler, thread time): ', 1)[1].splitlines()
+    milliseconds, modules = emission[0].split(' ms in ')
+    assert float(milliseconds.replace(',', '')) > 0 and int(modules.split()[0]) > 0, out
+    shares = dict(item.rsplit(' ', 1) for item in emission[1].removeprefix('by file: ').split(', '))
+    assert 'moves.py' in shares and 'mcmcstep.py' in shares, out
 
 
-def _device_profile():
-    """`benchmarks/device_profile.py` as a module (it is a script, not a package)."""
+def test_kernels_reads_compile_times_of_a_trace(tmp_path):
+    """`kernels.py --compile-times` sums the emission events per kernel
+    (module names as XLA writes them) and the phases' wall times; other
+    events and metadata do not count."""
+    import gzip  # noqa: PLC0415
+
+    kernels_py = _script_module('kernels')
+    events = [
+        {'ph': 'M', 'name': 'process_name', 'pid': 1, 'args': {'name': '/host:CPU'}},
+        {'ph': 'X', 'name': 'FusionCompiler::Compile', 'dur': 3000, 'args': {'module': 'add_fusion.2_kernel_module'}},
+        {'ph': 'X', 'name': 'FusionCompiler::Compile', 'dur': 1000, 'args': {'module': 'add_fusion.2_kernel_module'}},
+        {'ph': 'X', 'name': 'FusionCompiler::Compile', 'dur': 500, 'args': {'module': '__compute_module_wrapped_log'}},
+        {'ph': 'X', 'name': 'Codegen', 'dur': 2_000_000},
+        {'ph': 'X', 'name': 'ThunkEmitter::EmitEntryComputation', 'dur': 300_000},
+        {'ph': 'X', 'name': 'ThunkEmitter::ConsumeKernels', 'dur': 200_000},
+        {'ph': 'X', 'name': 'InlinerPass', 'dur': 7000},
+    ]
+    folder = tmp_path / 'plugins' / 'profile' / 'run'
+    folder.mkdir(parents=True)
+    with gzip.open(folder / 'host.trace.json.gz', 'wt') as f:
+        json.dump({'traceEvents': events}, f)
+    kernels, phases = kernels_py._compile_times(tmp_path)
+    assert kernels == pytest.approx({'add_fusion.2': 0.004, 'wrapped_log': 0.0005})
+    assert phases == pytest.approx({'LLVM (both cores)': 2.0, 'kernel emission (both cores)': 0.5})
+    assert kernels_py._compile_times(tmp_path / 'empty') == ({}, {})
+
+
+def _script_module(name):
+    """``benchmarks/{name}.py`` as a module (a script, not a package)."""
     import importlib.util  # noqa: PLC0415
 
-    path = os.path.join(REPO, 'benchmarks', 'device_profile.py')
-    spec = importlib.util.spec_from_file_location('device_profile', path)
+    path = os.path.join(REPO, 'benchmarks', f'{name}.py')
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _device_profile():
+    """`benchmarks/device_profile.py` as a module."""
+    return _script_module('device_profile')
 
 
 def test_device_profile_reads_device_streams_of_a_perfetto_trace(tmp_path):
