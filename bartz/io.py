@@ -172,10 +172,14 @@ class _NotOurs(Exception):  # noqa: N818
 
 def _check_path(path):
     try:
-        return os.fspath(path)
+        path = os.fspath(path)
     except TypeError:
         msg = f'path must be a file name (str or path-like), got {path!r}'
         raise TypeError(msg) from None
+    if os.path.isdir(path):
+        msg = f'path must be a file name, got the directory {path!r} (for example {os.path.join(path, "fit.npz")!r})'
+        raise IsADirectoryError(msg)
+    return path
 
 
 def _scalar(value, name):

@@ -165,6 +165,10 @@ def test_bad_arguments(fit, tmp_path):
         fit.save(3)
     with pytest.raises(FileNotFoundError):
         bartz.load(tmp_path / 'nothing.npz')
+    # a directory, given where a file name is expected
+    for call in (fit.save, bartz.load):
+        with pytest.raises(IsADirectoryError, match='path must be a file name, got the directory'):
+            call(tmp_path)
 
 
 def test_summaries_of_categorical_and_missing_columns(fit, saved):
