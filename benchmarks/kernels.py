@@ -43,8 +43,8 @@ fits `gbart` once in a fresh process with the compilation caches off
   kernel emission, LLVM) and the thread time XLA spent emitting each
   kernel (``FusionCompiler::Compile``, MLIR to LLVM IR) by bartz source
   file and line, and the costliest kernels: a measured share of the
-  compile, where each kernel costs about 10 ms of emission whatever its
-  size, plus its LLVM code generation (not attributed per kernel).
+  compile, where each kernel costs about 12 ms of emission (median)
+  whatever its size, plus its LLVM code generation (not attributed per kernel).
 
 A kernel is any instruction of a non-fused computation but parameters,
 tuples, their elements, constants and bitcasts (free in XLA's CPU runtime).
@@ -88,7 +88,7 @@ x = rng.uniform(size=({args.n}, {args.p}))
 y = np.sin(3 * x[:, 0]) + x[:, -1] + 0.3 * rng.normal(size={args.n})
 extra = {{}} if {args.moves!r} is None else {{'moves': tuple({args.moves!r}.split(','))}}
 trace = contextlib.nullcontext()
-if {str(trace_dir) if trace_dir else None!r} is not None:
+if {trace_dir is not None}:
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0
     trace = jax.profiler.trace({str(trace_dir)!r}, profiler_options=options)
@@ -255,15 +255,20 @@ _COMPILE_PHASES = {
 }
 
 
-def _print_by_source(values, text, stack, args, title, unit, scale):
-    """`values` (``{kernel instruction name: amount}``, printed times
-    `scale` in `unit`) by bartz source file and by the innermost `--depth`
-    bartz frames, and the largest kernels."""
+def _sources(text, stack):
+    """The bartz frames of every instruction of the dump: ``{name: frames}``."""
     sources = {}
     for line in text.split('\n'):
         match = re.match(r'\s*(?:ROOT )?%(\S+) = ', line)
         if match:
             sources[match.group(1)] = _bartz_frames(line, stack)
+    return sources
+
+
+def _print_by_source(values, sources, args, title, unit, scale):
+    """`values` (``{kernel instruction name: amount}``, printed times
+    `scale` in `unit`) by bartz source file and by the innermost `--depth`
+    bartz frames (`sources`, from `_sources`), and the largest kernels."""
     by_file, by_line, largest = collections.Counter(), collections.Counter(), []
     for name, value in values.items():
         # (a called computation's module is named after it, its call instruction after the call)
@@ -364,10 +369,11 @@ def main(argv=None):
         if len(by_line) > args.lines:
             print(f'{sum(c for _, c in by_line.most_common()[args.lines:]):>5}  ({len(by_line) - args.lines} other lines)')
 
+    sources = _sources(text, stack) if args.ir or args.compile_times else {}
     if args.ir:
         if not ir_sizes:
             sys.exit('no LLVM IR of the program in the dump (this XLA does not write it)')
-        _print_by_source(ir_sizes, text, stack, args, 'optimised LLVM IR', 'kB', 1e-3)
+        _print_by_source(ir_sizes, sources, args, 'optimised LLVM IR', 'kB', 1e-3)
     if args.compile_times:
         if not kernel_times:
             sys.exit("no kernel compile events in the fit's profile (this XLA does not record them)")
@@ -376,7 +382,7 @@ def main(argv=None):
             f'\nXLA compile phases (wall, profiled fit, no dump): compile {compile_seconds:.2f} s; '
             + ', '.join(f'{label} {phases.get(label, 0):.2f} s' for label in labels)
         )
-        _print_by_source(kernel_times, text, stack, args, 'kernel emission (FusionCompiler, thread time)', 'ms', 1e3)
+        _print_by_source(kernel_times, sources, args, 'kernel emission (FusionCompiler, thread time)', 'ms', 1e3)
 
 
 if __name__ == '__main__':

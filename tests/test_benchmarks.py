@@ -63,8 +63,10 @@ def test_peers_rejects_bad_moves(moves):
 def test_kernels_attributes_the_loop_to_its_source():
     """`kernels.py` compiles a small fit and finds the loop over trees (a
     loop body inside the loop over iterations, with its two conditionals,
-    each run in order) and bartz's source lines, and with ``--ir`` the
-    program's LLVM IR by source file (the proposal's among them)."""
+    each run in order) and bartz's source lines; with ``--ir`` the
+    program's LLVM IR by source file (the proposal's among them), and with
+    ``--compile-times`` XLA's compile phases and its emission time per
+    kernel by source file."""
     args = ('benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5', '--ir', '--compile-times')
     proc = _run_script(*args, drop_env=('XLA_FLAGS',))
     assert proc.returncode == 0, proc.stderr[-3000:]
