@@ -34,7 +34,7 @@ import numpy as np
 from jax import lax, random
 from jax import numpy as jnp
 
-from bartz import _programs, grove, mcmcstep, sharding
+from bartz import _programs, mcmcstep, sharding
 
 __all__ = ['REFRESH_EVERY', 'Trace', 'RunInfo', 'run_mcmc', 'state_specs']
 
@@ -70,23 +70,21 @@ class RunInfo(NamedTuple):
 
 
 
-def _extract(state: mcmcstep.State, save_train: bool, multichain: bool) -> Trace:
+def _extract(state: mcmcstep.State, save_train: bool, multichain: bool) -> Trace:  # noqa: ARG001 (the runners pass it)
+    """The fields of a draw that the compiled chunk saves (``varcount`` is
+    None: `run_mcmc` counts it on the host, `_var_count`)."""
     forest = state.forest
-    p = state.X.shape[0]
     if save_train:
         target = state.y if state.z is None else state.z
         fit_train = target - state.resid
     else:
         fit_train = None
-    count = functools.partial(grove.var_count_scatter, num_vars=p)
-    if multichain:
-        count = jax.vmap(count)
     return Trace(
         var_tree=forest.var_tree,
         split_tree=forest.split_tree,
         leaf_tree=forest.leaf_tree,
         sigma2=None if state.z is not None else state.sigma2,
-        varcount=count(forest.var_tree, forest.split_tree),
+        varcount=None,  # counted on the host from the saved trees (`_var_count`)
         fit_train=fit_train,
         log_s=None if state.dart is None else state.log_s,
     )
@@ -247,8 +245,96 @@ class _ChunkOut(NamedTuple):
 
     info: jax.Array  # (8,) int32: the `mcmcstep.StepInfo` counts, summed over the chunk (and chains)
     sigma2: jax.Array  # (chunk, [chains]) error variance after each iteration
-    draws: Trace  # (chunk_draws + 1, [chains], ...) the draws saved in the chunk, then junk
-    mean_leaves: jax.Array  # () mean number of leaves per tree at the end
+    # (chunk_draws + 1, [chains], ...) the draws saved in the chunk, then
+    # junk: a `Trace`, or without a mesh its fields packed (`_Packing`)
+    draws: 'Trace | tuple'
+
+
+class _Packing(NamedTuple):
+    """How the fields of a saved draw (a `Trace`) travel in the chunk's
+    buffer without a mesh: each field's bits, flattened, in one row per
+    item size (``uint8`` for the trees, ``uint32`` for the floats and
+    counts), so that the loop writes one row per item size and the
+    program zeroes one buffer per item size, instead of one of each per
+    field (8 kernels fewer in the program of a fit, each one a kernel's
+    compile time; the same draws bit for bit). The host takes the fields
+    back as views of the rows (`_unpack`)."""
+
+    treedef: object  # the `Trace`'s pytree structure (its None fields dropped)
+    fields: tuple  # per field: (shape, dtype, row, offset)
+    rows: tuple  # per row: (unsigned dtype, size)
+
+
+def _packing(shapes: Trace) -> _Packing:
+    """The `_Packing` of draws of the shapes `shapes` (of `_extract`)."""
+    leaves, treedef = jax.tree.flatten(shapes)
+    widths = sorted({np.dtype(leaf.dtype).itemsize for leaf in leaves})
+    sizes = dict.fromkeys(widths, 0)
+    fields = []
+    for leaf in leaves:
+        width = np.dtype(leaf.dtype).itemsize
+        fields.append((tuple(leaf.shape), np.dtype(leaf.dtype), widths.index(width), sizes[width]))
+        sizes[width] += math.prod(leaf.shape)
+    rows = tuple((np.dtype(f'uint{8 * width}'), sizes[width]) for width in widths)
+    return _Packing(treedef, tuple(fields), rows)
+
+
+def _pack(packing: _Packing, draw: Trace) -> tuple:
+    """The rows of one draw (traced)."""
+    parts = [[] for _ in packing.rows]
+    for leaf, (_, dtype, row, _) in zip(jax.tree.leaves(draw), packing.fields, strict=True):
+        unsigned = packing.rows[row][0]
+        bits = leaf.astype(unsigned) if dtype == np.bool_ else lax.bitcast_convert_type(leaf, unsigned)
+        parts[row].append(bits.reshape(-1))
+    return tuple(jnp.concatenate(p) if len(p) > 1 else p[0] for p in parts)
+
+
+def _unpack(packing: _Packing, rows: tuple) -> Trace:
+    """The `Trace` of the packed rows ``(draws, size)`` of numpy arrays
+    (views of them, not copies)."""
+    leaves = []
+    for shape, dtype, row, offset in packing.fields:
+        block = rows[row][:, offset : offset + math.prod(shape)]
+        leaves.append(block.view(dtype).reshape(block.shape[0], *shape))
+    return jax.tree.unflatten(packing.treedef, leaves)
+
+
+def _var_count(var_tree: np.ndarray, split_tree: np.ndarray, num_vars: int) -> np.ndarray:
+    """`bartz.grove.var_count_scatter` of every forest of saved draws
+    ``(..., m, H/2)``, on the host: ``(..., num_vars)`` int32.
+
+    The loop saves the trees anyway; counted here, only for the kept draws,
+    the counts cost the compiled chunk no kernels (four per iteration: a
+    scatter, its zeroed operand and its indices) and run beside the next
+    chunk."""
+    lead = var_tree.shape[:-2]
+    var = var_tree.reshape(-1, var_tree.shape[-2] * var_tree.shape[-1]).astype(np.int64)
+    internal = split_tree.reshape(var.shape) != 0
+    rows = np.arange(var.shape[0], dtype=np.int64)[:, None] * num_vars
+    counts = np.bincount((var + rows)[internal], minlength=var.shape[0] * num_vars)
+    return counts.reshape(*lead, num_vars).astype(np.int32)
+
+
+def _draws_packing(state: mcmcstep.State, save_train: bool, multichain: bool) -> _Packing:
+    """The `_Packing` of the draws of a chunk run from `state` (no mesh)."""
+    return _packing(jax.eval_shape(lambda s: _extract(s, save_train, multichain), state))
+
+
+class _LeafCount:
+    """The mean number of leaves per tree, followed on the host from the
+    accepted moves (a GROW adds a leaf, a PRUNE removes one, CHANGE and
+    SWAP keep them): a tree has one leaf more than internal nodes."""
+
+    def __init__(self, split_tree):
+        split_tree = np.asarray(sharding.to_host(split_tree))
+        self.trees = split_tree.size // split_tree.shape[-1]
+        self.internal = int(np.count_nonzero(split_tree))
+
+    def update(self, info) -> float:
+        """Add a chunk's `mcmcstep.StepInfo` counts; the mean after it."""
+        fields = mcmcstep.StepInfo._fields
+        self.internal += int(info[fields.index('grow_accepted')]) - int(info[fields.index('prune_accepted')])
+        return 1 + self.internal / self.trees
 
 
 def _compiler_options(n: int) -> tuple:
@@ -346,7 +432,13 @@ def _chunk_runner(
 
     def run(key, state, start, n_iters, n_burn, keepevery, dart_start, chain=None):
         trace = jax.eval_shape(lambda s: _extract(s, save_train, multichain), state)
-        buffer = jax.tree.map(lambda s: jnp.zeros((chunk_draws + 1, *s.shape), s.dtype), trace)
+        # (with a mesh, the fields stay apart: the training fits are split
+        # over the data axis, the others are not)
+        packing = None if mesh is not None else _packing(trace)
+        if packing is None:
+            buffer = jax.tree.map(lambda s: jnp.zeros((chunk_draws + 1, *s.shape), s.dtype), trace)
+        else:
+            buffer = tuple(jnp.zeros((chunk_draws + 1, size), dtype) for dtype, size in packing.rows)
         sigma2s = jnp.zeros((chunk, *state.sigma2.shape), jnp.float32)
 
         def body(t, carry):
@@ -369,19 +461,18 @@ def _chunk_runner(
             # update, with no lax.cond closing over the whole state
             where = jnp.where(save, slot, chunk_draws)
             saved = _extract(state, save_train, multichain)
+            if packing is not None:
+                saved = _pack(packing, saved)
             buffer = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, where, 0), buffer, saved)
             # the counts summed as one vector: one kernel, not four
             return state, info + jnp.stack(step_info), sigma2s, buffer, slot + save.astype(jnp.int32)
 
         carry = (state, jnp.zeros(len(mcmcstep.StepInfo._fields), jnp.int32), sigma2s, buffer, jnp.int32(0))
         state, info, sigma2s, buffer, _ = lax.fori_loop(0, n_iters, body, carry)
-        # a tree has one leaf more than internal nodes: one reduction (the
-        # leaves counted one by one took 6 kernels of the program's entry)
-        split_tree = state.forest.split_tree
-        num_trees = math.prod(split_tree.shape[:-1])
-        mean_leaves = 1 + jnp.sum(split_tree != 0, dtype=jnp.int32).astype(jnp.float32) / num_trees
-        # the counts stay one vector, split on the host (8 slices in the program otherwise)
-        return state, _ChunkOut(info, sigma2s, buffer, mean_leaves)
+        # the counts stay one vector, split on the host (8 slices in the
+        # program otherwise); the host follows the number of leaves from
+        # them (`_LeafCount`: no kernels here)
+        return state, _ChunkOut(info, sigma2s, buffer)
 
     options = dict(compiler_options) or None
     if split_chains is None:
@@ -454,18 +545,22 @@ class _SplitChains:
     threads; a call returns what the vmapped runner would, except that the
     saved draws have the chain axis first."""
 
-    def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int, quick: dict | None = None):
+    def __init__(
+        self, runner, state: mcmcstep.State, num_chains: int, workers: int, save_train: bool, quick: dict | None = None
+    ):
         self.runner = runner
         self.quick = quick
         self.shared = mcmcstep.shared_fields(state)
         self.device = next(iter(state.X.devices()))
         self.own = mcmcstep.unstack_chains(state, num_chains, self.device)
+        self.packing = _draws_packing(mcmcstep.merge_fields(self.own[0], self.shared), save_train, multichain=False)
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix='bartz-chain') if workers > 1 else None
 
     def __call__(self, key, *args):
         def one(c):
             own, out = self.runner(key, self.own[c], self.shared, *args, np.int32(c), quick=self.quick)
-            return own, jax.tree.map(sharding.to_host, out)
+            out = jax.tree.map(sharding.to_host, out)
+            return own, out._replace(draws=_unpack(self.packing, out.draws))
 
         chains = range(len(self.own))
         results = list(self.pool.map(one, chains) if self.pool is not None else map(one, chains))
@@ -475,7 +570,6 @@ class _SplitChains:
             info=np.sum([o.info for o in outs], axis=0),
             sigma2=np.stack([o.sigma2 for o in outs], axis=1),
             draws=jax.tree.map(lambda *xs: np.stack(xs), *(o.draws for o in outs)),  # chains first
-            mean_leaves=np.mean([o.mean_leaves for o in outs]),
         )
 
     def state(self) -> mcmcstep.State:
@@ -626,6 +720,9 @@ def run_mcmc(
     runs = -(-num_chains // workers) if workers else 1
     # (the runners of a mesh are not `_programs.persistent`, but those of chains on threads are)
     quick = _quick_options(n, total, num_trees, runs) if workers or mesh is None else None
+    leaves = _LeafCount(state.forest.split_tree)
+    num_vars = state.X.shape[0]
+    packing = None  # (the chains on threads unpack their draws themselves)
     if workers:
         split = _SplitChains(
             _chunk_runner(
@@ -638,6 +735,7 @@ def run_mcmc(
             state,
             num_chains,
             workers,
+            save_train,
             quick,
         )
         state = None  # its buffers now belong to `split`
@@ -648,6 +746,8 @@ def run_mcmc(
     else:
         split = None
         chunk_runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, _compiler_options(n))
+        if mesh is None:
+            packing = _draws_packing(state, save_train, num_chains is not None)
         runner = chunk_runner if quick is None else functools.partial(chunk_runner, quick=quick)
     progress = _Progress(total, printevery)
     if dart_start is None:
@@ -691,11 +791,14 @@ def run_mcmc(
                 dispatched += iters
             out, iters, t0 = pending.pop(0)
             out = jax.tree.map(sharding.to_host, out)
+            if packing is not None:
+                out = out._replace(draws=_unpack(packing, out.draws))
             if done_iters < n_burn and not is_binary:
                 burn_sigma2.append(out.sigma2[: min(iters, n_burn - done_iters)])
             num_draws = draws_before(done_iters + iters) - draws_before(done_iters)
             if num_draws:
-                traces.append(jax.tree.map(lambda b: b[:, :num_draws] if split is not None else b[:num_draws], out.draws))
+                draws = jax.tree.map(lambda b: b[:, :num_draws] if split is not None else b[:num_draws], out.draws)
+                traces.append(draws._replace(varcount=_var_count(draws.var_tree, draws.split_tree, num_vars)))
             done_iters += iters
             totals += np.asarray(out.info, np.int64)  # the StepInfo fields, in order
             dt = time.perf_counter() - t0
@@ -709,7 +812,7 @@ def run_mcmc(
                 'prune_acc': totals[3] / max(totals[2], 1),
                 'change_acc': totals[5] / max(totals[4], 1),
                 'swap_acc': totals[7] / max(totals[6], 1),
-                'mean_leaves': float(out.mean_leaves),
+                'mean_leaves': leaves.update(out.info),
                 'sigma': None if is_binary else float(np.mean(np.sqrt(last_sigma2))) * sigma_scale,
                 'elapsed': time.perf_counter() - start_time,
             }
@@ -742,6 +845,7 @@ def run_mcmc(
     else:
         shapes = jax.eval_shape(lambda s: _extract(s, save_train, num_chains is not None), state)
         trace = jax.tree.map(lambda s: np.zeros((0, *s.shape), s.dtype), shapes)
+        trace = trace._replace(varcount=_var_count(trace.var_tree, trace.split_tree, num_vars))
         if split is not None:
             trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
     if num_chains is not None and chain_major != (split is not None):  # the layout asked
