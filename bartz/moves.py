@@ -215,15 +215,26 @@ def _computed(one, *values):
     every kernel that uses it, so a long chain of scalar operations used by
     many kernels is recomputed in each. A division is expensive in XLA's
     fusion rules, so dividing by `one`, a 1 that XLA cannot see is constant,
-    makes it compute the value in a kernel of its own."""
-    out = []
-    for value in values:
-        if value.dtype == jnp.bool_:
-            out.append(jax.lax.div(value.astype(jnp.int32), one).astype(bool))
-        elif jnp.issubdtype(value.dtype, jnp.integer):
-            out.append(jax.lax.div(value, one.astype(value.dtype)))
+    makes it compute the value in a kernel of its own.
+
+    Values of one shape and kind (integers and booleans as int32, floats
+    by their type) are stacked and divided together: one kernel for the
+    group instead of one per value (each a kernel's compile time; about
+    12 kernels fewer in the sampler's program), the same values."""
+    groups = {}
+    for i, value in enumerate(values):
+        floating = jnp.issubdtype(value.dtype, jnp.floating)
+        kind = value.dtype if floating or value.dtype not in (jnp.bool_, jnp.int32) else jnp.int32
+        groups.setdefault((value.shape, kind), []).append(i)
+    out = [None] * len(values)
+    for (_, kind), members in groups.items():
+        stacked = jnp.stack([values[i].astype(kind) for i in members])
+        if jnp.issubdtype(kind, jnp.floating):
+            stacked = stacked / one.astype(kind)
         else:
-            out.append(value / one.astype(value.dtype))
+            stacked = jax.lax.div(stacked, one.astype(kind))
+        for row, i in enumerate(members):
+            out[i] = stacked[row] if values[i].dtype != jnp.bool_ else stacked[row].astype(bool)
     return tuple(out)
 
 
@@ -746,8 +757,9 @@ def propose_tree(
     top_a, log_s_a = _take_small(path.top, level_a), _take_small(path.log_s, level_a)
     var_b, split_b = _take_small(path.var, depth_n), _take_small(path.cut, depth_n)
     top_b, log_s_b = _take_small(path.top, depth_n), _take_small(path.log_s, depth_n)
-    lo_a, hi_a = _range_on_path(path, depth_k, var_a, top_a)
-    lo_b, hi_b = _range_on_path(path, depth_k, var_b, top_b)
+    # (both ranges in one reduction each: two kernels fewer)
+    lo_ab, hi_ab = _range_on_path(path, depth_k, jnp.stack([var_a, var_b]), jnp.stack([top_a, top_b]))
+    (lo_a, lo_b), (hi_a, hi_b) = lo_ab, hi_ab
     gone = _exhausted_on_path(path, depth_k)
     (gone,) = _computed(one, gone)
     usable = max_split > 0
