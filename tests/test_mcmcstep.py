@@ -943,13 +943,17 @@ def test_pairs_of_trees_couple_with_the_tree_loop(monkeypatch, shared):
 def test_chunk_compiler_options_do_not_change_the_chain():
     """The XLA options `gbart`'s chunk gets on CPU at small n
     (`mcmcloop._compiler_options`) change how the kernels run, not what
-    they compute: without parallel task assignment, the same chain bit for
-    bit; LLVM's level 1 against the default level 3, the same trees and the
-    same values up to float rounding."""
+    they compute: without parallel task assignment and without hoisting
+    loop invariants, the same chain bit for bit; LLVM's level 1 against
+    the default level 3, the same trees and the same values up to float
+    rounding."""
     options = dict(mcmcloop._compiler_options(DATA_N))
     level_1 = {'xla_backend_optimization_level': 1}
-    assert options == {**level_1, 'xla_disable_hlo_passes': 'cpu-parallel-task-assigner'}
-    assert dict(mcmcloop._compiler_options(mcmcloop._ONE_TASK_MAX_POINTS)) == level_1
+    no_hoisting = 'while-loop-invariant-code-motion'
+    assert options == {**level_1, 'xla_disable_hlo_passes': f'{no_hoisting},cpu-parallel-task-assigner'}
+    larger = {**level_1, 'xla_disable_hlo_passes': no_hoisting}
+    assert dict(mcmcloop._compiler_options(mcmcloop._ONE_TASK_MAX_POINTS)) == larger
+    assert mcmcloop._compiler_options(mcmcloop._LOW_OPT_MAX_POINTS) == ()
     args = (random.key(7), data_state(7))
 
     def run(compiler_options):
