@@ -317,6 +317,15 @@ def _var_count(var_tree: np.ndarray, split_tree: np.ndarray, num_vars: int) -> n
 
 def _draws_packing(state: mcmcstep.State, save_train: bool, multichain: bool) -> _Packing:
     """The `_Packing` of the draws of a chunk run from `state` (no mesh)."""
+    leaves, treedef = jax.tree.flatten(state)
+    return _packing_of(treedef, tuple((x.shape, np.dtype(x.dtype)) for x in leaves), save_train, multichain)
+
+
+@functools.lru_cache(maxsize=64)
+def _packing_of(treedef, shapes: tuple, save_train: bool, multichain: bool) -> _Packing:
+    """`_draws_packing` by the state's structure and shapes: a refit of the
+    same shapes traces nothing (`_extract`'s shapes are traced once)."""
+    state = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes])
     return _packing(jax.eval_shape(lambda s: _extract(s, save_train, multichain), state))
 
 
