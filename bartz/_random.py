@@ -124,16 +124,19 @@ def _gamma(key, alpha):
         return random.gamma(key, alpha)
     tiny = jnp.finfo(jnp.float32).tiny
 
-    # alpha < 1: Gamma(alpha) = Gamma(alpha + 1) * U^(1 / alpha)
-    boost = alpha < 1
-    shape = jnp.where(boost, alpha + 1, alpha)
-    d = shape - 1.0 / 3.0
-    c = lax.rsqrt(9.0 * d)
     streams = np.array([1, 2], np.uint32)
+
+    def constants():
+        """``d``, ``c`` and whether the shape is finite: computed where they
+        are read, in the loop (kernels of their own before it otherwise)."""
+        # alpha < 1: Gamma(alpha) = Gamma(alpha + 1) * U^(1 / alpha)
+        d = jnp.where(alpha < 1, alpha + 1, alpha) - 1.0 / 3.0
+        return d, lax.rsqrt(9.0 * d), jnp.isfinite(d)
 
     @_programs.inlined
     def body(carry):
         counter, _, _ = carry
+        d, c, _ = constants()
         hi, lo = _threefry2x32(key_words[0], key_words[1], jnp.broadcast_to(counter, streams.shape), streams)
         x = _normal_from_words(hi[0], lo[0])
         u_accept = jnp.maximum(_unit_float(hi[1]), tiny)
@@ -144,16 +147,14 @@ def _gamma(key, alpha):
     # a try is accepted with probability above 0.95 for any finite shape;
     # a NaN or infinite shape ends the loop at once (and gives NaN), the
     # cap keeps it finite whatever happens
-    finite = jnp.isfinite(d)
-
     def more(carry):
         counter, ok, _ = carry
-        return ~ok & finite & (counter < _GAMMA_MAX_TRIES)
+        return ~ok & constants()[2] & (counter < _GAMMA_MAX_TRIES)
 
-    _, _, value = lax.while_loop(more, body, (jnp.uint32(1), jnp.bool_(False), d))
-    value = jnp.where(finite, value, jnp.nan)
+    _, _, value = lax.while_loop(more, body, (jnp.uint32(1), jnp.bool_(False), jnp.float32(jnp.nan)))
+    value = jnp.where(constants()[2], value, jnp.nan)
     u_boost = jnp.maximum(_unit_float(_threefry2x32(key_words[0], key_words[1], jnp.uint32(0), jnp.uint32(1))[0]), tiny)
-    return jnp.where(boost, value * u_boost ** (1.0 / alpha), value)
+    return jnp.where(alpha < 1, value * u_boost ** (1.0 / alpha), value)
 
 
 def _unit_float(words):
