@@ -945,13 +945,13 @@ def test_chunk_compiler_options_do_not_change_the_chain():
     (`mcmcloop._compiler_options`) change how the kernels run, not what
     they compute: without parallel task assignment and without hoisting
     loop invariants, the same chain bit for bit; LLVM's level 1 against
-    the default level 3, the same trees and the same values up to float
-    rounding."""
+    the default level 3, and reductions in one kernel instead of two,
+    the same trees and the same values up to float rounding."""
     options = dict(mcmcloop._compiler_options(DATA_N))
-    level_1 = {'xla_backend_optimization_level': 1}
-    no_hoisting = 'while-loop-invariant-code-motion'
-    assert options == {**level_1, 'xla_disable_hlo_passes': f'{no_hoisting},cpu-parallel-task-assigner'}
-    larger = {**level_1, 'xla_disable_hlo_passes': no_hoisting}
+    one_reduce = {'xla_backend_optimization_level': 1, 'xla_disable_hlo_passes': 'tree_reduction_rewriter'}
+    passes = 'while-loop-invariant-code-motion,tree_reduction_rewriter'
+    assert options == {**one_reduce, 'xla_disable_hlo_passes': f'{passes},cpu-parallel-task-assigner'}
+    larger = {**one_reduce, 'xla_disable_hlo_passes': passes}
     assert dict(mcmcloop._compiler_options(mcmcloop._ONE_TASK_MAX_POINTS)) == larger
     assert mcmcloop._compiler_options(mcmcloop._LOW_OPT_MAX_POINTS) == ()
     args = (random.key(7), data_state(7))
@@ -962,7 +962,7 @@ def test_chunk_compiler_options_do_not_change_the_chain():
         return state
 
     tuned = run(options)
-    for a, b in zip(jax.tree.leaves(run(level_1)), jax.tree.leaves(tuned), strict=True):
+    for a, b in zip(jax.tree.leaves(run(one_reduce)), jax.tree.leaves(tuned), strict=True):
         np.testing.assert_array_equal(a, b)
     assert_same_chain(run(None), tuned)
 
