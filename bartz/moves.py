@@ -757,7 +757,7 @@ def propose_tree(
     top_a, log_s_a = _take_small(path.top, level_a), _take_small(path.log_s, level_a)
     var_b, split_b = _take_small(path.var, depth_n), _take_small(path.cut, depth_n)
     top_b, log_s_b = _take_small(path.top, depth_n), _take_small(path.log_s, depth_n)
-    # (both ranges in one reduction each: two kernels fewer)
+    # (both ranges in one reduction each: a kernel fewer)
     lo_ab, hi_ab = _range_on_path(path, depth_k, jnp.stack([var_a, var_b]), jnp.stack([top_a, top_b]))
     (lo_a, lo_b), (hi_a, hi_b) = lo_ab, hi_ab
     gone = _exhausted_on_path(path, depth_k)
