@@ -572,9 +572,7 @@ class _SplitChains:
     threads; a call returns what the vmapped runner would, except that the
     saved draws have the chain axis first."""
 
-    def __init__(
-        self, runner, state: mcmcstep.State, num_chains: int, workers: int, save_train: bool, quick: dict | None = None
-    ):
+    def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int, save_train: bool, quick: dict | None = None):
         self.runner = runner
         self.quick = quick
         self.shared = mcmcstep.shared_fields(state)

@@ -17,6 +17,12 @@ fits `gbart` once in a fresh process with the compilation caches off
 (``--xla_dump_to``, a temporary directory), then prints:
 
 - the compile times JAX reports (tracing, lowering, XLA);
+- the number of kernels and of LLVM modules XLA compiled for the program
+  (its ``*.ir-with-opt.ll`` files): the modules are what its compile
+  time follows (each costs about the same), while the kernels below also
+  count the copies, which XLA's CPU runtime runs as memory copies without
+  compiling anything (benchmarks/README.md, "Session of 2026-11-28
+  (eighth)");
 - per computation of the loop program that runs kernels, its number of
   kernels, of which copies (XLA's copy insertion), and how XLA's CPU
   runtime runs them: ``in-order`` on one thread (at most 8 kernels) or
@@ -210,6 +216,14 @@ def _bartz_frames(line, stack):
     return [(file, function, line_no) for file, function, line_no in frames if file.endswith('.py')]
 
 
+def _llvm_modules(dump_dir, program_path):
+    """The number of LLVM modules XLA compiled for the program dumped in
+    `program_path` (its ``*.ir-with-opt.ll`` files: kernels, scatters,
+    loops compiled whole)."""
+    prefix = program_path.name.split('.cpu_after_optimizations')[0] + '.'
+    return sum(1 for _ in dump_dir.glob(f'{prefix}*.ir-with-opt.ll'))
+
+
 def _ir_sizes(dump_dir, program_path):
     """Bytes of optimised LLVM IR of each kernel module of the program
     dumped in `program_path`: ``{kernel instruction name: bytes}``."""
@@ -322,6 +336,7 @@ def main(argv=None):
         path = dumps[-1]  # the largest program: the MCMC loop
         text = path.read_text()
         ir_sizes = _ir_sizes(dump_dir, path) if args.ir else {}
+        modules = _llvm_modules(dump_dir, path)
     kernel_times, phases, compile_seconds = {}, {}, 0.0
     if args.compile_times:
         with tempfile.TemporaryDirectory() as trace_dir:
@@ -346,7 +361,7 @@ def main(argv=None):
         if kernels and (name == 'ENTRY' or name in roles):
             rows.append((name, _where(name, roles), kernels))
     total = sum(len(k) for _, _, k in rows)
-    print(f'{total} kernels in {len(rows)} computations\n')
+    print(f'{total} kernels in {len(rows)} computations; {modules} LLVM modules compiled (a copy compiles none)\n')
     print(f'{"kernels":>7} {"copies":>6}  {"runtime":<10} {"role":<9} computation')
     for name, role, kernels in sorted(rows, key=lambda r: -len(r[2])):
         copies = sum(op == 'copy' for op, _ in kernels)

@@ -61,9 +61,9 @@ def test_peers_rejects_bad_moves(moves):
 
 @pytest.mark.slow
 def test_kernels_attributes_the_loop_to_its_source():
-    """`kernels.py` compiles a small fit and finds the loop over trees (a
-    loop body inside the loop over iterations, with its two conditionals,
-    each run in order) and bartz's source lines; with ``--ir`` the
+    """`kernels.py` compiles a small fit, counts its LLVM modules, and finds
+    the loop over trees (a loop body inside the loop over iterations, with
+    its two conditionals, each run in order) and bartz's source lines; with ``--ir`` the
     program's LLVM IR by source file (the proposal's among them), and with
     ``--compile-times`` XLA's compile phases and its emission time per
     kernel by source file."""
@@ -72,6 +72,9 @@ def test_kernels_attributes_the_loop_to_its_source():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     total = int(out.split(' kernels in ')[0].rsplit('\n', 1)[-1])
+    # the LLVM modules compiled: at least one, fewer than the kernels with their copies
+    compiled = int(out.split(' LLVM modules compiled')[0].rsplit('; ', 1)[-1])
+    assert 0 < compiled < total, out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ['kernels', 'copies'])
     end = lines.index('', header)
