@@ -70,7 +70,7 @@ class RunInfo(NamedTuple):
 
 
 
-def _extract(state: mcmcstep.State, save_train: bool, multichain: bool) -> Trace:  # noqa: ARG001 (the runners pass it)
+def _extract(state: mcmcstep.State, save_train: bool) -> Trace:
     """The fields of a draw that the compiled chunk saves (``varcount`` is
     None: `run_mcmc` counts it on the host, `_var_count`)."""
     forest = state.forest
@@ -315,35 +315,28 @@ def _var_count(var_tree: np.ndarray, split_tree: np.ndarray, num_vars: int) -> n
     return counts.reshape(*lead, num_vars).astype(np.int32)
 
 
-def _draws_packing(state: mcmcstep.State, save_train: bool, multichain: bool) -> _Packing:
+def _draws_packing(state: mcmcstep.State, save_train: bool) -> _Packing:
     """The `_Packing` of the draws of a chunk run from `state` (no mesh)."""
     leaves, treedef = jax.tree.flatten(state)
-    return _packing_of(treedef, tuple((x.shape, np.dtype(x.dtype)) for x in leaves), save_train, multichain)
+    return _packing_of(treedef, tuple((x.shape, np.dtype(x.dtype)) for x in leaves), save_train)
 
 
 @functools.lru_cache(maxsize=64)
-def _packing_of(treedef, shapes: tuple, save_train: bool, multichain: bool) -> _Packing:
+def _packing_of(treedef, shapes: tuple, save_train: bool) -> _Packing:
     """`_draws_packing` by the state's structure and shapes: a refit of the
     same shapes traces nothing (`_extract`'s shapes are traced once)."""
     state = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes])
-    return _packing(jax.eval_shape(lambda s: _extract(s, save_train, multichain), state))
+    return _packing(jax.eval_shape(lambda s: _extract(s, save_train), state))
 
 
-class _LeafCount:
-    """The mean number of leaves per tree, followed on the host from the
-    accepted moves (a GROW adds a leaf, a PRUNE removes one, CHANGE and
-    SWAP keep them): a tree has one leaf more than internal nodes."""
-
-    def __init__(self, split_tree):
-        split_tree = np.asarray(sharding.to_host(split_tree))
-        self.trees = split_tree.size // split_tree.shape[-1]
-        self.internal = int(np.count_nonzero(split_tree))
-
-    def update(self, info) -> float:
-        """Add a chunk's `mcmcstep.StepInfo` counts; the mean after it."""
-        fields = mcmcstep.StepInfo._fields
-        self.internal += int(info[fields.index('grow_accepted')]) - int(info[fields.index('prune_accepted')])
-        return 1 + self.internal / self.trees
+def _internal_nodes(split_tree) -> tuple[int, int]:
+    """The number of internal nodes of the trees and of trees: with the
+    accepted moves' counts (a GROW adds a leaf, a PRUNE removes one, CHANGE
+    and SWAP keep them), the host follows the mean number of leaves per
+    tree, one more than of internal nodes, without a reduction in the
+    compiled chunk."""
+    split_tree = np.asarray(sharding.to_host(split_tree))
+    return int(np.count_nonzero(split_tree)), split_tree.size // split_tree.shape[-1]
 
 
 def _compiler_options(n: int) -> tuple:
@@ -458,7 +451,7 @@ def _chunk_runner(
     multichain = num_chains is not None
 
     def run(key, state, start, n_iters, n_burn, keepevery, dart_start, chain=None):
-        trace = jax.eval_shape(lambda s: _extract(s, save_train, multichain), state)
+        trace = jax.eval_shape(lambda s: _extract(s, save_train), state)
         # (with a mesh, the fields stay apart: the training fits are split
         # over the data axis, the others are not)
         packing = None if mesh is not None else _packing(trace)
@@ -487,7 +480,7 @@ def _chunk_runner(
             # iterations not saved write to a spare last slot: one in-place
             # update, with no lax.cond closing over the whole state
             where = jnp.where(save, slot, chunk_draws)
-            saved = _extract(state, save_train, multichain)
+            saved = _extract(state, save_train)
             if packing is not None:
                 saved = _pack(packing, saved)
             buffer = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, where, 0), buffer, saved)
@@ -498,7 +491,7 @@ def _chunk_runner(
         state, info, sigma2s, buffer, _ = lax.fori_loop(0, n_iters, body, carry)
         # the counts stay one vector, split on the host (8 slices in the
         # program otherwise); the host follows the number of leaves from
-        # them (`_LeafCount`: no kernels here)
+        # them (`_internal_nodes`: no kernels here)
         return state, _ChunkOut(info, sigma2s, buffer)
 
     options = dict(compiler_options) or None
@@ -578,7 +571,7 @@ class _SplitChains:
         self.shared = mcmcstep.shared_fields(state)
         self.device = next(iter(state.X.devices()))
         self.own = mcmcstep.unstack_chains(state, num_chains, self.device)
-        self.packing = _draws_packing(mcmcstep.merge_fields(self.own[0], self.shared), save_train, multichain=False)
+        self.packing = _draws_packing(mcmcstep.merge_fields(self.own[0], self.shared), save_train)
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix='bartz-chain') if workers > 1 else None
 
     def __call__(self, key, *args):
@@ -745,7 +738,7 @@ def run_mcmc(
     runs = -(-num_chains // workers) if workers else 1
     # (the runners of a mesh are not `_programs.persistent`, but those of chains on threads are)
     quick = _quick_options(n, total, num_trees, runs) if workers or mesh is None else None
-    leaves = _LeafCount(state.forest.split_tree)
+    internal, num_forest_trees = _internal_nodes(state.forest.split_tree)
     num_vars = state.X.shape[0]
     packing = None  # (the chains on threads unpack their draws themselves)
     if workers:
@@ -772,7 +765,7 @@ def run_mcmc(
         split = None
         chunk_runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, _compiler_options(n))
         if mesh is None:
-            packing = _draws_packing(state, save_train, num_chains is not None)
+            packing = _draws_packing(state, save_train)
         runner = chunk_runner if quick is None else functools.partial(chunk_runner, quick=quick)
     progress = _Progress(total, printevery)
     if dart_start is None:
@@ -837,7 +830,7 @@ def run_mcmc(
                 'prune_acc': totals[3] / max(totals[2], 1),
                 'change_acc': totals[5] / max(totals[4], 1),
                 'swap_acc': totals[7] / max(totals[6], 1),
-                'mean_leaves': leaves.update(out.info),
+                'mean_leaves': float(1 + (internal + totals[1] - totals[3]) / num_forest_trees),
                 'sigma': None if is_binary else float(np.mean(np.sqrt(last_sigma2))) * sigma_scale,
                 'elapsed': time.perf_counter() - start_time,
             }
@@ -868,7 +861,7 @@ def run_mcmc(
     if traces:
         trace = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1 if split is not None else 0), *traces)
     else:
-        shapes = jax.eval_shape(lambda s: _extract(s, save_train, num_chains is not None), state)
+        shapes = jax.eval_shape(lambda s: _extract(s, save_train), state)
         trace = jax.tree.map(lambda s: np.zeros((0, *s.shape), s.dtype), shapes)
         trace = trace._replace(varcount=_var_count(trace.var_tree, trace.split_tree, num_vars))
         if split is not None:

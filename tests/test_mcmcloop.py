@@ -2,7 +2,7 @@
 the draws travel packed by item size (`mcmcloop._Packing`), the splits per
 predictor are counted from the saved trees (`mcmcloop._var_count`) and the
 progress's leaves per tree follow from the accepted moves
-(`mcmcloop._LeafCount`)."""
+(`mcmcloop._internal_nodes`)."""
 
 import jax
 import numpy as np
