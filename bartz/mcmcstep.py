@@ -157,17 +157,35 @@ class MoveKinds:
     sweep's bookkeeping of four cells per move (two suffice). A kind left
     out is never proposed, whatever ``State.move_probs`` says; the draws
     are those of the step compiled for all four kinds with the same
-    probabilities, up to float rounding."""
+    probabilities, up to float rounding.
+
+    With them, whether the proposal must count the predictors exhausted at
+    each node (`exhaustible`, from the predictors with cut-points, at
+    `init`): at most ``D - 1`` are exhausted on a path of a tree of ``D``
+    levels, so with at least ``D`` predictors every node keeps one and the
+    count is not compiled; with fewer, only the count is (None, the
+    default: both, chosen at run time; the same draws bit for bit). In a
+    first fit at n = 1,000 the unused way cost 6 kernel modules of about
+    130 (benchmarks/README.md, "Session of 2026-11-29").
+
+    And whether the split probabilities are uniform for good
+    (`uniform_splits`: ``log_s`` all 0 at `init`, no DART to change it):
+    the proposal then takes them as constants, which XLA folds into its
+    code (the same draws bit for bit)."""
 
     enabled: tuple  # 4 bools: GROW, PRUNE, CHANGE, SWAP
+    exhaustible: bool | None = None  # fewer predictors with cut-points than levels; None: checked at run time
+    uniform_splits: bool = False  # log_s is 0 and stays so
 
     @property
     def grow_prune_only(self) -> bool:
         return not (self.enabled[CHANGE] or self.enabled[SWAP])
 
 
-def _move_kinds(move_probs) -> MoveKinds:
-    return MoveKinds(tuple(bool(p > 0) for p in np.asarray(move_probs)))
+def _move_kinds(move_probs, max_split, max_depth: int, log_s, dart) -> MoveKinds:
+    exhaustible = int(np.count_nonzero(np.asarray(max_split) > 0)) < max_depth
+    uniform = dart is None and not np.any(np.asarray(log_s))
+    return MoveKinds(tuple(bool(p > 0) for p in np.asarray(move_probs)), exhaustible, uniform)
 
 
 class Dart(NamedTuple):
@@ -366,7 +384,7 @@ def init(
         logit_offset=np.float32(logit_offset) if logistic else None,
         move_probs=move_probs_array(move_probs),
     )
-    state = state._replace(move_kinds=_move_kinds(state.move_probs))
+    state = state._replace(move_kinds=_move_kinds(state.move_probs, max_split, max_depth, state.log_s, state.dart))
     # distinct device buffers for every field, so that the state can be donated
     return jax.tree.map(lambda x: x if x is X else jax.device_put(x), state)
 
@@ -400,11 +418,15 @@ def propose_moves(key, state: State) -> Moves:
     u = _uniform(key, (num_trees, 4))
     move_probs = _move_probs(state)
     kinds = ALL_KINDS if state.move_kinds is None else state.move_kinds.enabled
+    exhaustible = None if state.move_kinds is None else state.move_kinds.exhaustible
+    uniform = state.move_kinds is not None and state.move_kinds.uniform_splits
+    log_s = np.zeros(state.log_s.shape, np.float32) if uniform else state.log_s  # (constants XLA folds)
     # (the small fields come as their entries, stacked here: 10 kernels
     # fewer per iteration at n = 1,000 than stacked inside the vmap)
-    propose = jax.vmap(functools.partial(_propose_tree, kinds=kinds, entries=True), in_axes=(0, 0, 0, None, None, None, None))
+    propose = functools.partial(_propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible)
+    propose = jax.vmap(propose, in_axes=(0, 0, 0, None, None, None, None))
     moves = _programs.inlined(propose)(
-        u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
+        u, forest.var_tree, forest.split_tree, state.max_split, log_s, state.p_nonterminal, move_probs
     )
     entries = {name: jnp.stack(value, axis=1) for name, value in moves._asdict().items() if isinstance(value, tuple)}
     return moves._replace(**entries)
@@ -489,7 +511,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # CHANGE's two cells that change side, SWAP's cell that leaves the
     # sibling (cells in `bartz.moves` order)
     used = moves.cells >= 0  # (m, num_cells)
-    slot = jnp.arange(heap_size, dtype=jnp.int32)
+    slot = np.arange(heap_size, dtype=np.int32)  # a constant: an iota is a kernel of its own (an LLVM module)
     at_cell = jnp.clip(moves.cells, 0, heap_size - 1)
     cell_old = jnp.clip(moves.cell_old, 0, heap_size - 1)
     # (the cells are distinct slots, none a leaf the move leaves alone:

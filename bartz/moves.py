@@ -536,12 +536,12 @@ def _unpack(words, size):
     return ((jnp.repeat(words, 32)[:size] >> (slot % 32).astype(np.uint32)) & 1).astype(bool)
 
 
-def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds) -> _Summary:
+def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds, exhaustible=None) -> _Summary:
     """The eligible nodes of the current tree, as bit masks over the heap.
 
     From the packed mask of internal nodes (a node exists if its parent,
     ``k >> 1``, is internal; bit ``k`` of the heap's words), with bit
-    operations on a few words per tree."""
+    operations on a few words per tree. `exhaustible`: as in `propose_tree`."""
     half = split_tree.shape[0]
     heap_size = 2 * half
     num_words = max(heap_size // 32, 1)
@@ -579,7 +579,10 @@ def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds) 
         words = _pack(jnp.stack([level_ok & (n_root - exhausted > 0), *bits]))
         return words[0], words[1:]
 
-    splittable, exhausted_bits = jax.lax.cond(n_root >= heap_size.bit_length() - 1, no_count, count)
+    if exhaustible is None:
+        splittable, exhausted_bits = jax.lax.cond(n_root >= heap_size.bit_length() - 1, no_count, count)
+    else:  # (only the way taken is compiled)
+        splittable, exhausted_bits = count() if exhaustible else no_count()
     growable = [leaf[w] & splittable[w] for w in range(num_words)]
     words = jnp.concatenate([jnp.stack([w for x in (leaf, nog, swappable, growable) for w in x]).reshape(4, num_words), exhausted_bits])
     count = _popcount(words)
@@ -652,7 +655,7 @@ def _sum_terms(move, terms):
 
 
 def propose_tree(
-    u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, kinds=ALL_KINDS, entries=False
+    u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, kinds=ALL_KINDS, entries=False, exhaustible=None
 ) -> Moves:
     """Propose a move for one tree (the data enter in the sweep).
 
@@ -679,6 +682,11 @@ def propose_tree(
         them along the trees' axis itself (`bartz.mcmcstep.propose_moves`):
         stacked here, under vmap, each is a kernel of its own and a
         transposing copy; stacked after it, XLA fuses them into their users.
+    exhaustible
+        Static: whether fewer predictors have cut-points than the tree has
+        levels, so that all of them can be exhausted at a node, which the
+        proposal must then count (`bartz.mcmcstep.MoveKinds`); None: it
+        checks at run time (both ways compiled).
 
     Notes
     -----
@@ -694,7 +702,7 @@ def propose_tree(
     slot = jnp.arange(heap_size, dtype=jnp.int32)
     u_move, u_split, u_node, u_var = u
     pick = functools.partial(_pick, kinds=kinds)
-    now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds)
+    now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds, exhaustible)
     g_now, nog_now, change_now, swap_now = (now.counts[i] for i in range(4))
     possible = (g_now > 0) | (nog_now > 0) | (change_now > 0) | (swap_now > 0)
     weight = jnp.exp(now.log_probs)
@@ -742,8 +750,13 @@ def propose_tree(
     def p_split_at(exhausted, level):
         """The split probability of a node at the level of n (`level` 0) or
         below (1) with `exhausted` predictors."""
-        ok = n_root - exhausted > 0
         p, log_p, log_not_p = (at_level_n, at_level_below)[level]
+        if exhaustible is False:
+            # every node keeps a predictor (but at the bottom level, where
+            # p is 0 anyway): the counts of exhausted predictors are not
+            # computed (zero) and the code that adds to them is dropped
+            return _SplitProb(p, log_p, log_not_p)
+        ok = n_root - exhausted > 0
         return _SplitProb(jnp.where(ok, p, 0.0), jnp.where(ok, log_p, -jnp.inf), jnp.where(ok, log_not_p, 0.0))
 
     near_p_split = [p_split_at(near_exhausted[i], level) for i, level in enumerate([0, 1, 1, 0])]

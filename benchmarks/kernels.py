@@ -50,7 +50,12 @@ fits `gbart` once in a fresh process with the compilation caches off
   kernel (``FusionCompiler::Compile``, MLIR to LLVM IR) by bartz source
   file and line, and the costliest kernels: a measured share of the
   compile, where each kernel costs about 12 ms of emission (median)
-  whatever its size, plus its LLVM code generation (not attributed per kernel).
+  whatever its size; and from XLA's log (``TF_CPP_VMODULE=ir_compiler=1``)
+  the thread time of LLVM's optimisation and code generation of each
+  kernel module, by source and the costliest: about 7 ms per module plus
+  0.05 ms per line of optimised IR (n = 1,000: the proposal's final
+  log-ratio kernel alone took 0.3 s, a tenth of LLVM's time; benchmarks/README.md,
+  "Session of 2026-11-29").
 
 A kernel is any instruction of a non-fused computation but parameters,
 tuples, their elements, constants and bitcasts (free in XLA's CPU runtime).
@@ -108,10 +113,31 @@ print(json.dumps(dict(events)))
     env.pop('JAX_COMPILATION_CACHE_DIR', None)
     if dump_dir is not None:
         env['XLA_FLAGS'] = f'{env.get("XLA_FLAGS", "")} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text'.strip()
+    if trace_dir is not None:
+        # XLA logs the time of each LLVM module it compiles (its ir_compiler)
+        env['TF_CPP_MIN_LOG_LEVEL'] = '0'
+        env['TF_CPP_VMODULE'] = 'ir_compiler=1'
     proc = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f'the fit failed:\n{proc.stderr[-3000:]}')
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    events = json.loads(proc.stdout.strip().splitlines()[-1])
+    return events if trace_dir is None else (events, _llvm_times(proc.stderr))
+
+
+def _llvm_times(log):
+    """From XLA's log (``TF_CPP_VMODULE=ir_compiler=1``): the time LLVM took
+    to optimise and generate the code of each kernel module, on the thread
+    that compiled it: ``{kernel instruction name: seconds}`` (of all the
+    programs of the fit; their kernel names may collide, the sampler's
+    dominate)."""
+    scale = {'s': 1.0, 'ms': 1e-3, 'us': 1e-6}
+    times = collections.Counter()
+    for match in re.finditer(r'Compiled LLVM module: (\S+) time: ([\d.]+) (s|ms|us) ', log):
+        name = match.group(1).removesuffix('_kernel_module')
+        while name.startswith('__compute_module_'):  # (some carry the prefix twice)
+            name = name.removeprefix('__compute_module_')
+        times[name] += float(match.group(2)) * scale[match.group(3)]
+    return times
 
 
 def _table(lines, name):
@@ -337,10 +363,10 @@ def main(argv=None):
         text = path.read_text()
         ir_sizes = _ir_sizes(dump_dir, path) if args.ir else {}
         modules = _llvm_modules(dump_dir, path)
-    kernel_times, phases, compile_seconds = {}, {}, 0.0
+    kernel_times, llvm_times, phases, compile_seconds = {}, {}, {}, 0.0
     if args.compile_times:
         with tempfile.TemporaryDirectory() as trace_dir:
-            traced = _fit(args, trace_dir=trace_dir)
+            traced, llvm_times = _fit(args, trace_dir=trace_dir)
             kernel_times, phases = _compile_times(trace_dir)
         compile_seconds = sum(v for k, v in traced.items() if k.endswith('backend_compile_duration'))
 
@@ -398,6 +424,8 @@ def main(argv=None):
             + ', '.join(f'{label} {phases.get(label, 0):.2f} s' for label in labels)
         )
         _print_by_source(kernel_times, sources, args, 'kernel emission (FusionCompiler, thread time)', 'ms', 1e3)
+        if llvm_times:
+            _print_by_source(llvm_times, sources, args, 'LLVM code generation (thread time)', 'ms', 1e3)
 
 
 if __name__ == '__main__':

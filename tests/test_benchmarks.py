@@ -102,6 +102,27 @@ def test_kernels_attributes_the_loop_to_its_source():
     assert float(milliseconds.replace(',', '')) > 0 and int(modules.split()[0]) > 0, out
     shares = dict(item.rsplit(' ', 1) for item in emission[1].removeprefix('by file: ').split(', '))
     assert 'moves.py' in shares and 'mcmcstep.py' in shares, out
+    # and LLVM's time per kernel module, from XLA's log
+    llvm = out.split('\nLLVM code generation (thread time): ', 1)[1].splitlines()
+    milliseconds, modules = llvm[0].split(' ms in ')
+    assert float(milliseconds.replace(',', '')) > 0 and int(modules.split()[0]) > 0, out
+    assert 'moves.py' in llvm[1], out
+
+
+def test_kernels_reads_llvm_times_of_a_log():
+    """`kernels.py --compile-times` sums XLA's logged LLVM time per kernel
+    module (in s, ms or us; module names as XLA writes them); other lines
+    do not count."""
+    kernels_py = _script_module('kernels')
+    log = '''I1129 01:36:34.423670   17658 ir_compiler.cc:293] Compiled LLVM module: __compute_module_select_reduce_fusion.5_kernel_module time: 35.5 ms (35488 us) (cumulative: 35.5 ms, max: 35.5 ms, #called: 1)
+I1129 01:36:34.440583   17658 ir_compiler.cc:293] Compiled LLVM module: __compute_module___compute_module_compare_select_fusion time: 645 us (645 us) (cumulative: 36.1 ms, max: 35.5 ms, #called: 2)
+I1129 01:36:34.522946   17657 ir_compiler.cc:293] Compiled LLVM module: __compute_module_select_select_fusion.3_kernel_module time: 1.25 s (1250000 us) (cumulative: 1.29 s, max: 1.25 s, #called: 3)
+I1129 01:36:34.529588   17657 ir_compiler.cc:293] Compiled LLVM module: __compute_module_select_reduce_fusion.5_kernel_module time: 4.5 ms (4500 us) (cumulative: 1.29 s, max: 1.25 s, #called: 4)
+I1129 01:36:43.072848   19501 cpu_compiler.cc:1215] CpuCompiler - Running LLVM verifier time: 35 us (35 us) (cumulative: 35 us, max: 35 us, #called: 1)
+'''
+    times = kernels_py._llvm_times(log)
+    assert times == pytest.approx({'select_reduce_fusion.5': 0.040, 'compare_select_fusion': 645e-6, 'select_select_fusion.3': 1.25})
+    assert kernels_py._llvm_times('') == {}
 
 
 def test_kernels_reads_compile_times_of_a_trace(tmp_path):

@@ -403,6 +403,35 @@ def test_propose_tree_matches_reference(case):
         assert kinds[CHANGE] > 0 and kinds[SWAP] > 0, kinds
 
 
+@pytest.mark.parametrize('case', ['exhausted', 'stumps'])
+def test_static_exhaustible_matches_run_time_check(case):
+    """`init` records whether fewer predictors have cut-points than the
+    trees have levels (`MoveKinds.exhaustible`: 3 of 4 predictors at 6
+    levels; 5 predictors at 2 levels); the proposal compiled for that case
+    alone proposes the same moves, bit for bit, as the one that checks at
+    run time."""
+    rng = np.random.default_rng(list(CASES).index(case))
+    state = CASES[case](rng)
+    usable = np.count_nonzero(np.asarray(state.max_split) > 0)
+    levels = state.p_nonterminal.shape[0]
+    assert state.move_kinds.exhaustible == (usable < levels) == (case == 'exhausted')
+    static = jax.jit(jax.vmap(functools.partial(moves.propose_tree, exhaustible=state.move_kinds.exhaustible), _IN_AXES))
+    m = state.forest.split_tree.shape[0]
+    for key in random.split(random.key(5), 4):
+        args = (
+            _uniform(key, (m, 4)),
+            state.forest.var_tree,
+            state.forest.split_tree,
+            state.max_split,
+            state.log_s,
+            state.p_nonterminal,
+            jnp.asarray(moves.move_probs_array(None)),
+        )
+        checked, fixed = _fast(*args), static(*args)
+        for name in Moves._fields:
+            np.testing.assert_array_equal(np.asarray(getattr(fixed, name)), np.asarray(getattr(checked, name)), err_msg=name)
+
+
 def test_grow_prune_compiles_less():
     """With GROW and PRUNE alone, the code of CHANGE and SWAP is not compiled
     (the optimised program is much smaller), and a kind left out of the
