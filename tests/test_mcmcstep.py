@@ -823,7 +823,7 @@ def test_grow_prune_compiled_alone(monkeypatch, weighted, blocked):
     valid = np.ones(DATA_N, bool)
     valid[[3, 77, 150]] = False
     state = data_state(7, weighted=weighted, valid=valid, moves='gp')
-    assert state.move_kinds == mcmcstep.MoveKinds((True, True, False, False))
+    assert state.move_kinds.enabled == (True, True, False, False)
     if blocked:
         monkeypatch.setattr(mcmcstep, '_data_blocks', lambda n: [(0, 61), (61, 140), (140, n)])
     alone, info = run_fresh(7, state)
