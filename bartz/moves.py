@@ -655,7 +655,17 @@ def _sum_terms(move, terms):
 
 
 def propose_tree(
-    u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, kinds=ALL_KINDS, entries=False, exhaustible=None
+    u,
+    var_tree,
+    split_tree,
+    max_split,
+    log_s,
+    p_nonterminal,
+    move_probs,
+    kinds=ALL_KINDS,
+    entries=False,
+    exhaustible=None,
+    uniform_splits=False,
 ) -> Moves:
     """Propose a move for one tree (the data enter in the sweep).
 
@@ -687,6 +697,9 @@ def propose_tree(
         levels, so that all of them can be exhausted at a node, which the
         proposal must then count (`bartz.mcmcstep.MoveKinds`); None: it
         checks at run time (both ways compiled).
+    uniform_splits
+        Static: `log_s` is all 0 (uniform split probabilities), so the
+        maxima that shift its exponentials are 0 too (fewer kernels).
 
     Notes
     -----
@@ -791,8 +804,11 @@ def propose_tree(
     var_a, var_b, gone_a, gone_b, usable = _computed(one, var_a, var_b, gone_a, gone_b, usable)
     var_p = jnp.arange(p)
     rest = usable & ~((var_p == var_a) & gone_a) & ~((var_p == var_b) & gone_b)
-    shift = _finite_or_zero(jnp.max(jnp.where(usable, log_s, -jnp.inf)))
-    shift_rest = _finite_or_zero(jnp.max(jnp.where(rest, log_s, -jnp.inf)))
+    if uniform_splits:  # (the maxima below are 0 or, if none is usable, -inf made 0)
+        shift = shift_rest = 0.0
+    else:
+        shift = _finite_or_zero(jnp.max(jnp.where(usable, log_s, -jnp.inf)))
+        shift_rest = _finite_or_zero(jnp.max(jnp.where(rest, log_s, -jnp.inf)))
     log_norm_rest = jnp.log(jnp.sum(jnp.where(rest, jnp.exp(log_s - shift_rest), 0.0))) + shift_rest
     same_ab = var_a == var_b
     log_norm_c = jnp.logaddexp(log_norm_rest, jnp.where(gone_b & ~(gone_a & same_ab), log_s_b, -jnp.inf))

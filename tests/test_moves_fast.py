@@ -404,18 +404,21 @@ def test_propose_tree_matches_reference(case):
 
 
 @pytest.mark.parametrize('case', ['exhausted', 'stumps'])
-def test_static_exhaustible_matches_run_time_check(case):
+def test_static_facts_match_run_time_checks(case):
     """`init` records whether fewer predictors have cut-points than the
     trees have levels (`MoveKinds.exhaustible`: 3 of 4 predictors at 6
-    levels; 5 predictors at 2 levels); the proposal compiled for that case
-    alone proposes the same moves, bit for bit, as the one that checks at
-    run time."""
+    levels; 5 predictors at 2 levels) and whether the split probabilities
+    are uniform for good (`uniform_splits`: no DART, log_s 0); the proposal
+    compiled for those facts alone proposes the same moves, bit for bit, as
+    the one that checks them at run time."""
     rng = np.random.default_rng(list(CASES).index(case))
     state = CASES[case](rng)
     usable = np.count_nonzero(np.asarray(state.max_split) > 0)
     levels = state.p_nonterminal.shape[0]
     assert state.move_kinds.exhaustible == (usable < levels) == (case == 'exhausted')
-    static = jax.jit(jax.vmap(functools.partial(moves.propose_tree, exhaustible=state.move_kinds.exhaustible), _IN_AXES))
+    assert state.move_kinds.uniform_splits
+    facts = {'exhaustible': state.move_kinds.exhaustible, 'uniform_splits': True}
+    static = jax.jit(jax.vmap(functools.partial(moves.propose_tree, **facts), _IN_AXES))
     m = state.forest.split_tree.shape[0]
     for key in random.split(random.key(5), 4):
         args = (
@@ -430,6 +433,27 @@ def test_static_exhaustible_matches_run_time_check(case):
         checked, fixed = _fast(*args), static(*args)
         for name in Moves._fields:
             np.testing.assert_array_equal(np.asarray(getattr(fixed, name)), np.asarray(getattr(checked, name)), err_msg=name)
+
+
+def test_uniform_splits_needs_zero_log_s_and_no_dart():
+    """`MoveKinds.uniform_splits` holds only when `log_s` is 0 at `init` and
+    no DART can change it."""
+    rng = np.random.default_rng(11)
+    assert _state(rng, p=8, max_split=5).move_kinds.uniform_splits
+    assert not _state(rng, p=8, max_split=5, log_s=_dart_log_s(rng, 8)).move_kinds.uniform_splits
+    plain = _state(rng, p=8, max_split=5)
+    with_dart = mcmcstep.init(
+        X=plain.X,
+        max_split=plain.max_split,
+        y=plain.y,
+        num_trees=10,
+        max_depth=6,
+        leaf_prior_var=0.05,
+        sigma2_alpha=1.5,
+        sigma2_beta=0.01,
+        dart={},
+    )
+    assert not with_dart.move_kinds.uniform_splits
 
 
 def test_grow_prune_compiles_less():
