@@ -347,11 +347,11 @@ _reference = jax.jit(jax.vmap(_propose_tree_reference, _IN_AXES))
 _GROW_PRUNE_CASES = {'grown', 'exhausted', 'stumps', 'single_leaf'}
 
 
-def _propose_both(state, key, move_probs, check_grow_prune=False):
+def _proposal_args(state, key, move_probs):
+    """The arguments of the vmapped `moves.propose_tree` for `state`'s trees."""
     m = state.forest.split_tree.shape[0]
-    u = _uniform(key, (m, 4))
-    args = (
-        u,
+    return (
+        _uniform(key, (m, 4)),
         state.forest.var_tree,
         state.forest.split_tree,
         state.max_split,
@@ -359,6 +359,10 @@ def _propose_both(state, key, move_probs, check_grow_prune=False):
         state.p_nonterminal,
         jnp.asarray(moves.move_probs_array(move_probs)),
     )
+
+
+def _propose_both(state, key, move_probs, check_grow_prune=False):
+    args = _proposal_args(state, key, move_probs)
     fast = _fast(*args)
     if check_grow_prune and move_probs == ('grow', 'prune'):
         # compiled for GROW and PRUNE alone (`MoveKinds`): the same moves
@@ -419,17 +423,8 @@ def test_static_facts_match_run_time_checks(case):
     assert state.move_kinds.uniform_splits
     facts = {'exhaustible': state.move_kinds.exhaustible, 'uniform_splits': True}
     static = jax.jit(jax.vmap(functools.partial(moves.propose_tree, **facts), _IN_AXES))
-    m = state.forest.split_tree.shape[0]
     for key in random.split(random.key(5), 4):
-        args = (
-            _uniform(key, (m, 4)),
-            state.forest.var_tree,
-            state.forest.split_tree,
-            state.max_split,
-            state.log_s,
-            state.p_nonterminal,
-            jnp.asarray(moves.move_probs_array(None)),
-        )
+        args = _proposal_args(state, key, None)
         checked, fixed = _fast(*args), static(*args)
         for name in Moves._fields:
             np.testing.assert_array_equal(np.asarray(getattr(fixed, name)), np.asarray(getattr(checked, name)), err_msg=name)
@@ -462,17 +457,7 @@ def test_grow_prune_compiles_less():
     static kinds is never proposed, whatever its probability."""
     rng = np.random.default_rng(7)
     state = CASES['grown_change_swap'](rng)
-    key = random.key(3)
-    m = state.forest.split_tree.shape[0]
-    args = (
-        _uniform(key, (m, 4)),
-        state.forest.var_tree,
-        state.forest.split_tree,
-        state.max_split,
-        state.log_s,
-        state.p_nonterminal,
-        jnp.asarray(moves.move_probs_array({'grow': 0.1, 'prune': 0.1, 'change': 0.3, 'swap': 0.5})),
-    )
+    args = _proposal_args(state, random.key(3), {'grow': 0.1, 'prune': 0.1, 'change': 0.3, 'swap': 0.5})
 
     def size(f):
         return len(f.lower(*args).compile().as_text())
