@@ -200,15 +200,23 @@ def test_padded_predictors_are_constant_columns(kwargs):
 
 
 def test_new_p_in_the_same_bucket_does_not_retrace():
-    """A fit with p = 3, then with p = 5 and 8 (all padded to 8 predictors):
-    the later fits and their predictions compile nothing."""
+    """Fits with p = 3 and 5, then 6 and 8 (all padded to 8 predictors): the
+    later fit on each side of the trees' 6 levels and the predictions
+    compile nothing; crossing the line compiles the sampler (with fewer
+    predictors than levels it counts exhausted ones, `mcmcstep.MoveKinds`;
+    user guide, "Compilation")."""
     x, y = make_data(6, p=8)
     first = gbart(x[:, :3], y, x_test=x[:20, :3], **SETTINGS)
     first.predict(x[:50, :3])
     with traced_functions() as traced:
         five = gbart(x[:, :5], y, x_test=x[:20, :5], **SETTINGS)
-        eight = gbart(x, y, x_test=x[:20], **SETTINGS)
         five.predict(x[:50, :5])
+    assert set(traced) <= {'bind'}, traced
+    with traced_functions() as traced:
+        gbart(x[:, :6], y, x_test=x[:20, :6], **SETTINGS)
+    assert 'run' in traced, traced  # the sampler, once
+    with traced_functions() as traced:
+        eight = gbart(x, y, x_test=x[:20], **SETTINGS)
         eight.predict(x[:50])
     assert set(traced) <= {'bind'}, traced
     assert five.varcount.shape == (30, 5) and eight.varcount.shape == (30, 8)
