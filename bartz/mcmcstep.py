@@ -422,13 +422,12 @@ def propose_moves(key, state: State) -> Moves:
     kinds = ALL_KINDS if state.move_kinds is None else state.move_kinds.enabled
     exhaustible = None if state.move_kinds is None else state.move_kinds.exhaustible
     uniform = state.move_kinds is not None and state.move_kinds.uniform_splits
-    log_s = np.zeros(state.log_s.shape, np.float32) if uniform else state.log_s  # (constants XLA folds)
     # (the small fields come as their entries, stacked here: 10 kernels
     # fewer per iteration at n = 1,000 than stacked inside the vmap)
     propose = functools.partial(_propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible, uniform_splits=uniform)
     propose = jax.vmap(propose, in_axes=(0, 0, 0, None, None, None, None))
     moves = _programs.inlined(propose)(
-        u, forest.var_tree, forest.split_tree, state.max_split, log_s, state.p_nonterminal, move_probs
+        u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
     )
     entries = {name: jnp.stack(value, axis=1) for name, value in moves._asdict().items() if isinstance(value, tuple)}
     return moves._replace(**entries)

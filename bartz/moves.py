@@ -698,8 +698,9 @@ def propose_tree(
         proposal must then count (`bartz.mcmcstep.MoveKinds`); None: it
         checks at run time (both ways compiled).
     uniform_splits
-        Static: `log_s` is all 0 (uniform split probabilities), so the
-        maxima that shift its exponentials are 0 too (fewer kernels).
+        Static: `log_s` is all 0 (uniform split probabilities): it is
+        taken as constants, which XLA folds, and the maxima that shift its
+        exponentials are 0 too (fewer kernels).
 
     Notes
     -----
@@ -712,6 +713,8 @@ def propose_tree(
     half = split_tree.shape[0]
     heap_size = 2 * half
     p = max_split.shape[0]
+    if uniform_splits:
+        log_s = np.zeros(log_s.shape, np.float32)
     slot = jnp.arange(heap_size, dtype=jnp.int32)
     u_move, u_split, u_node, u_var = u
     pick = functools.partial(_pick, kinds=kinds)

@@ -19,7 +19,8 @@ fits `gbart` once in a fresh process with the compilation caches off
 - the compile times JAX reports (tracing, lowering, XLA);
 - the number of kernels and of LLVM modules XLA compiled for the program
   (its ``*.ir-with-opt.ll`` files): the modules are what its compile
-  time follows (each costs about the same), while the kernels below also
+  time follows (each costs at least 20-30 ms of thread time, a large one
+  far more: ``--compile-times``), while the kernels below also
   count the copies, which XLA's CPU runtime runs as memory copies without
   compiling anything (benchmarks/README.md, "Session of 2026-11-28
   (eighth)");
@@ -85,8 +86,9 @@ _TABLES = ('FileNames', 'FunctionNames', 'FileLocations', 'StackFrames')
 
 def _fit(args, dump_dir=None, trace_dir=None):
     """Fit in a fresh process, with XLA's dump on (`dump_dir`) or under
-    JAX's profiler (`trace_dir`, its Python tracer off); returns JAX's
-    compile events."""
+    JAX's profiler (`trace_dir`, its Python tracer off, and XLA's log of
+    LLVM's time per module on); returns JAX's compile events and the
+    process's log (its stderr)."""
     code = f"""
 import collections, contextlib, json, sys, warnings
 import jax
@@ -120,8 +122,7 @@ print(json.dumps(dict(events)))
     proc = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f'the fit failed:\n{proc.stderr[-3000:]}')
-    events = json.loads(proc.stdout.strip().splitlines()[-1])
-    return events if trace_dir is None else (events, _llvm_times(proc.stderr))
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
 
 def _llvm_times(log):
@@ -355,7 +356,7 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory() as tmp:
         dump_dir = pathlib.Path(args.dump or tmp)
-        events = _fit(args, dump_dir)
+        events, _ = _fit(args, dump_dir)
         dumps = sorted(dump_dir.glob('*.cpu_after_optimizations.txt'), key=lambda f: f.stat().st_size)
         if not dumps:
             sys.exit(f'no optimised CPU program in {dump_dir} (this script reads the CPU backend)')
@@ -366,8 +367,9 @@ def main(argv=None):
     kernel_times, llvm_times, phases, compile_seconds = {}, {}, {}, 0.0
     if args.compile_times:
         with tempfile.TemporaryDirectory() as trace_dir:
-            traced, llvm_times = _fit(args, trace_dir=trace_dir)
+            traced, log = _fit(args, trace_dir=trace_dir)
             kernel_times, phases = _compile_times(trace_dir)
+        llvm_times = _llvm_times(log)
         compile_seconds = sum(v for k, v in traced.items() if k.endswith('backend_compile_duration'))
 
     def seconds(suffix):
