@@ -129,11 +129,16 @@ def traverse_forest(
     point = jnp.arange(n)
     split_tree = split_tree.astype(jnp.int32)
     var_tree = var_tree.astype(jnp.int32)
-    for _ in range(depth - 1):
+
+    def level(_, node):
         split = _rowwise_take(split_tree, node)
         var = _rowwise_take(var_tree, node)
         x = X[var, point].astype(jnp.int32)
-        node = jnp.where(split != 0, 2 * node + (x >= split), node)
+        return jnp.where(split != 0, 2 * node + (x >= split), node)
+
+    # a loop over the levels, not unrolled: XLA compiles one level's kernels
+    # instead of one set per level, and the loop runs as fast
+    node = lax.fori_loop(0, depth - 1, level, node)
     return node.astype(jnp.uint8)
 
 
@@ -232,26 +237,31 @@ def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_
     leaf_indices = pruned.astype(jnp.uint8)
 
     # anything else: traverse the changed trees again, a group at a time:
-    # groups of 16 while there are more than 8 (thinned traces, the first
-    # draw of a chain), then of 4 (a few swaps per draw: a group of 16
-    # would traverse mostly padding)
-    carry = (leaf_indices, retraverse)
+    # groups of 16 while more than 8 remain (thinned traces, the first draw
+    # of a chain), then of 4 (a few swaps per draw: a group of 16 would
+    # traverse mostly unchanged trees). The changed trees are listed once,
+    # first, by a stable sort; a group past them (or shifted back by the
+    # end of the list) traverses unchanged trees again, which finds the
+    # leaves they already have. More than k remain after `done` trees if
+    # the one at position done + k is changed (no count of them: a
+    # reduction is two more kernels).
     large, threshold, small = _RETRAVERSE_GROUPS
+    large, small = min(num_trees, large), min(num_trees, small)
+    unchanged, order = lax.sort((~retraverse, jnp.arange(num_trees, dtype=jnp.int32)), is_stable=True, num_keys=1)
+    carry = (leaf_indices, jnp.int32(0))
     for group, more_than in ((large, threshold), (small, 0)):
-        group = max(1, min(num_trees, group))
 
         def cond(carry, more_than=more_than):
-            _, todo = carry
-            return jnp.sum(todo) > more_than
+            _, done = carry
+            k = done + more_than
+            return (k < num_trees) & ~unchanged[jnp.minimum(k, num_trees - 1)]
 
         def body(carry, group=group):
-            leaf_indices, todo = carry
-            (which,) = jnp.nonzero(todo, size=group, fill_value=num_trees)
-            safe = jnp.minimum(which, num_trees - 1)
-            fresh = traverse_forest(X, var_tree[safe], split_tree[safe])
-            leaf_indices = leaf_indices.at[which].set(fresh, mode='drop')
-            todo = todo.at[which].set(False, mode='drop')
-            return leaf_indices, todo
+            leaf_indices, done = carry
+            which = lax.dynamic_slice(order, (done,), (group,))
+            fresh = traverse_forest(X, var_tree[which], split_tree[which])
+            leaf_indices = leaf_indices.at[which].set(fresh, unique_indices=True, mode='promise_in_bounds')
+            return leaf_indices, done + group
 
         carry = lax.while_loop(cond, body, carry)
     return carry[0]

@@ -315,6 +315,33 @@ def test_evaluate_trace_of_sampler_trace():
     np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_evaluate_trace_retraverses_any_number_of_trees():
+    """Draws in which 0 to all of 40 trees are replaced by new random trees:
+    the replaced ones are traversed again in groups of 16 while more than 8
+    remain, then of 4, the last group shifted back at the end of the list
+    (`grove._RETRAVERSE_GROUPS`); every count around those sizes."""
+    rng = np.random.default_rng(11)
+    p, n, max_split, num_trees, depth = 3, 29, 6, 40, 4
+    counts = [0, 1, 3, 4, 5, 8, 9, 12, 16, 17, 24, 25, 33, 39, 40, 2]
+    forest = random_forest(rng, num_trees, depth, p, max_split)
+    var, split = np.asarray(forest.var_tree), np.asarray(forest.split_tree)
+    forests = [forest]
+    for count in counts:
+        fresh = random_forest(rng, num_trees, depth, p, max_split)
+        var, split = var.copy(), split.copy()
+        # trees at either end of the list too: the shifted last group
+        which = rng.choice(num_trees, size=count, replace=False)
+        var[which], split[which] = np.asarray(fresh.var_tree)[which], np.asarray(fresh.split_tree)[which]
+        leaf = _leaf_mask(split)
+        values = np.where(leaf, rng.normal(size=leaf.shape), 0.0).astype(np.float32)
+        forests.append(TreeHeaps(jnp.asarray(var), jnp.asarray(split), jnp.asarray(values)))
+    trace = TreeHeaps(*(jnp.stack(arrays) for arrays in zip(*forests, strict=True)))
+    X = jnp.asarray(rng.integers(0, max_split + 1, size=(p, n)).astype(np.uint8))
+    expected = np.stack([brute_eval(X, forest) for forest in forests])
+    out = grove.evaluate_trace(X, trace, kind='draws')
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_evaluate_trace_bad_arguments(trace_setup):
     X, trace, _ = trace_setup
     with pytest.raises(ValueError, match='kind'):
