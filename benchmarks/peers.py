@@ -46,9 +46,12 @@ cold
     start, imports, the fit, and what the process still does before it
     ends: ours waits there for a full program still compiling after a
     quick first one, see `bartz.mcmcloop._quick_options`).
+cold, x_test
+    `cold` with ``x_test`` (1,000 more rows of the same distribution), R's
+    usual call: the fit also predicts at them (a second compiled program).
 second process
-    The same in another new process, reusing the cache directory of `cold`.
-    The peers get no cache of ours: for them this is `cold` again.
+    The same as `cold` in another new process, reusing the cache directory
+    of `cold`. The peers get no cache of ours: for them this is `cold` again.
 warm
     In one process, after a first fit of the same shapes, the best of
     ``--repeats`` further fits: n 1,000 and 10,000 with nskip 200, ndpost 500;
@@ -113,16 +116,18 @@ def friedman1(n):
 
 
 def import_fitter(lib, moves=None):
-    """Import `lib` and return ``fit(x, y, nskip, ndpost)``, which blocks until done
-    (`moves`: the tree moves of this repo's bartz, None for its default)."""
+    """Import `lib` and return ``fit(x, y, nskip, ndpost, x_test=None)``,
+    which blocks until done (`moves`: the tree moves of this repo's bartz,
+    None for its default)."""
     if lib == 'stochtree':
         from stochtree import BARTModel  # noqa: PLC0415
 
-        def fit(x, y, nskip, ndpost):
+        def fit(x, y, nskip, ndpost, x_test=None):
             model = BARTModel()
             model.sample(
                 X_train=x,
                 y_train=y,
+                X_test=x_test,
                 num_gfr=0,
                 num_burnin=nskip,
                 num_mcmc=ndpost,
@@ -143,8 +148,9 @@ def import_fitter(lib, moves=None):
 
     extra = {} if moves is None else {'moves': tuple(moves)}
 
-    def fit(x, y, nskip, ndpost):
-        result = gbart(x, y, nskip=nskip, ndpost=ndpost, ntree=200, keepevery=1, printevery=None, seed=FIT_SEED, **extra)
+    def fit(x, y, nskip, ndpost, x_test=None):
+        kwargs = extra if x_test is None else {**extra, 'x_test': x_test}
+        result = gbart(x, y, nskip=nskip, ndpost=ndpost, ntree=200, keepevery=1, printevery=None, seed=FIT_SEED, **kwargs)
         # ours declares its attributes in __slots__ (no __dict__)
         slots = getattr(type(result), '__slots__', ())
         attrs = vars(result) if hasattr(result, '__dict__') else {k: getattr(result, k, None) for k in slots}
@@ -185,12 +191,18 @@ def worker(spec):
     out = {'import_s': import_s, 'fit_s': []}
     if spec['lib'] != 'stochtree':
         out['bartz_file'] = sys.modules['bartz'].__file__
-    for n, nskip, ndpost, *columns in spec['fits']:
+    for n, nskip, ndpost, *more in spec['fits']:
+        columns, n_test = (*more, None, None)[:2]
         x, y = friedman1(n)
+        x_test = None
+        if n_test:  # rows after the training rows, from the same stream
+            x_all, _ = friedman1(n + n_test)
+            x, x_test = x_all[:n], x_all[n:]
         if columns:  # the first columns only
-            x = x[:, : columns[0]]
+            x = x[:, :columns]
+            x_test = None if x_test is None else x_test[:, :columns]
         t0 = time.perf_counter()
-        fit(x, y, nskip, ndpost)
+        fit(x, y, nskip, ndpost, x_test)
         out['fit_s'].append(time.perf_counter() - t0)
     return out
 
@@ -246,8 +258,10 @@ def plan(args):
     """Workload name -> (settings (n, nskip, ndpost), fits run in one process)."""
     base = (200, 10, 20) if args.quick else (1000, 100, 200)
     n0, nskip0, ndpost0 = base
+    n_test = 100 if args.quick else 1000
     work = {
         'cold': (base, [base]),
+        'cold, x_test': (base, [(*base, None, n_test)]),
         'second process': (base, [base]),
     }
     for n in args.sizes:
@@ -412,6 +426,9 @@ def table(results, args):
     rows = [row('import (cold process)', None, key='import_s', res_key='cold')]
     rows.append(row('cold', work['cold'][0]))
     rows.append(row('cold: the whole process, start to exit', None, key='process_s', res_key='cold'))
+    if 'cold, x_test' in ours:
+        n_test = work['cold, x_test'][1][0][-1]
+        rows.append(row(f'cold, with {n_test:,} x_test rows', work['cold'][0], res_key='cold, x_test'))
     rows.append(row('second process', work['second process'][0]))
     for name, (settings, _) in work.items():
         if name.startswith('warm'):

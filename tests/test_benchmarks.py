@@ -35,7 +35,7 @@ def test_speed_gbart_section_in_fresh_processes(tmp_path):
     results = json.loads(out.read_text())
     assert [row['call'] for row in results['gbart']] == [1, 2]
     latency = results['gbart_latency']
-    assert set(latency) == {'cold', 'second process', 'warm n=200', 'new n', 'new p'}
+    assert set(latency) == {'cold', 'cold, x_test', 'second process', 'warm n=200', 'new n', 'new p'}
     for name, result in latency.items():
         assert 'error' not in result, (name, result)
         assert result['seconds'] > 0, name
