@@ -136,10 +136,22 @@ def traverse_forest(
         x = X[var, point].astype(jnp.int32)
         return jnp.where(split != 0, 2 * node + (x >= split), node)
 
-    # a loop over the levels, not unrolled: XLA compiles one level's kernels
-    # instead of one set per level, and the loop runs as fast
-    node = lax.fori_loop(0, depth - 1, level, node)
+    if _roll_levels():
+        # on CPU a loop over the levels, not unrolled: XLA compiles one
+        # level's kernels instead of one set per level, and the loop runs
+        # as fast (faster where many trees are traversed)
+        node = lax.fori_loop(0, depth - 1, level, node)
+    else:  # elsewhere unrolled, as measured on GPUs (a loop's steps there are not measured)
+        for i in range(depth - 1):
+            node = level(i, node)
     return node.astype(jnp.uint8)
+
+
+def _roll_levels():
+    """Whether `traverse_forest` loops over the levels (on CPU, JAX's
+    default backend) instead of unrolling them (a function, so that tests
+    can take the other path on CPU)."""
+    return jax.default_backend() == 'cpu'
 
 
 def evaluate_forest(X: jax.Array, trees: TreeHeaps) -> jax.Array:

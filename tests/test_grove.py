@@ -77,6 +77,17 @@ def test_traverse_and_evaluate_match_brute_force(depth, dtype):
     np.testing.assert_allclose(np.asarray(f), brute_eval(X, trees), rtol=1e-5, atol=1e-5)
 
 
+def test_traverse_unrolled_matches_brute_force(monkeypatch):
+    """The unrolled traversal of other backends than the CPU's."""
+    monkeypatch.setattr(grove, '_roll_levels', lambda: False)
+    rng = np.random.default_rng(7)
+    p, n, max_split = 3, 23, 6
+    trees = random_forest(rng, 9, 5, p, max_split)
+    X = jnp.asarray(rng.integers(0, max_split + 1, size=(p, n)).astype(np.uint8))
+    leaves = grove.traverse_forest(X, trees.var_tree, trees.split_tree)
+    np.testing.assert_array_equal(np.asarray(leaves), brute_leaves(X, trees))
+
+
 def test_traverse_boundaries():
     """A point goes left iff its bin is strictly below the split index."""
     var = jnp.zeros((1, 2), jnp.uint8)
