@@ -127,8 +127,9 @@ def traverse_forest(
     n = X.shape[1]
     node = jnp.ones((num_trees, n), jnp.int32)
     point = jnp.arange(n)
-    split_tree = split_tree.astype(jnp.int32)
-    var_tree = var_tree.astype(jnp.int32)
+    X = jnp.asarray(X)  # numpy inputs too: the loop indexes them with traced values
+    split_tree = jnp.asarray(split_tree, jnp.int32)
+    var_tree = jnp.asarray(var_tree, jnp.int32)
 
     def level(_, node):
         split = _rowwise_take(split_tree, node)
@@ -252,28 +253,35 @@ def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_
     # groups of 16 while more than 8 remain (thinned traces, the first draw
     # of a chain), then of 4 (a few swaps per draw: a group of 16 would
     # traverse mostly unchanged trees). The changed trees are listed once,
-    # first, by a stable sort; a group past them (or shifted back by the
-    # end of the list) traverses unchanged trees again, which finds the
-    # leaves they already have. More than k remain after `done` trees if
-    # the one at position done + k is changed (no count of them: a
-    # reduction is two more kernels).
+    # in `order`, followed by `num_trees` (none): position p holds the
+    # number of trees whose inclusive count of changed trees is at most
+    # p, which is the index of the (p + 1)-th changed tree. Two reductions
+    # over (trees, trees), no cumulative sum (5 kernels on CPU) and no sort
+    # (XLA's CPU sort of a fit.predict program cannot be serialised to be
+    # kept, `bartz._programs`).
     large, threshold, small = _RETRAVERSE_GROUPS
     large, small = min(num_trees, large), min(num_trees, small)
-    unchanged, order = lax.sort((~retraverse, jnp.arange(num_trees, dtype=jnp.int32)), is_stable=True, num_keys=1)
+    # (reductions over the leading axis: XLA vectorises them over the other)
+    position = jnp.arange(num_trees, dtype=jnp.int32)
+    upto = position[:, None] <= position[None, :]
+    counts = jnp.sum(upto & retraverse[:, None], axis=0, dtype=jnp.int32)  # changed trees up to each
+    order = jnp.sum(counts[:, None] <= position[None, :], axis=0, dtype=jnp.int32)
     carry = (leaf_indices, jnp.int32(0))
     for group, more_than in ((large, threshold), (small, 0)):
 
         def cond(carry, more_than=more_than):
             _, done = carry
             k = done + more_than
-            return (k < num_trees) & ~unchanged[jnp.minimum(k, num_trees - 1)]
+            return (k < num_trees) & (order[jnp.minimum(k, num_trees - 1)] < num_trees)
 
         def body(carry, group=group):
             leaf_indices, done = carry
+            # a group past the end of the list: shifted back (trees traversed
+            # twice find the same leaves) or padded with num_trees (dropped)
             which = lax.dynamic_slice(order, (done,), (group,))
-            fresh = traverse_forest(X, var_tree[which], split_tree[which])
-            leaf_indices = leaf_indices.at[which].set(fresh, unique_indices=True, mode='promise_in_bounds')
-            return leaf_indices, done + group
+            safe = jnp.minimum(which, num_trees - 1)
+            fresh = traverse_forest(X, var_tree[safe], split_tree[safe])
+            return leaf_indices.at[which].set(fresh, mode='drop'), done + group
 
         carry = lax.while_loop(cond, body, carry)
     return carry[0]

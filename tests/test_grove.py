@@ -327,13 +327,14 @@ def test_evaluate_trace_of_sampler_trace():
 
 
 def test_evaluate_trace_retraverses_any_number_of_trees():
-    """Draws in which 0 to all of 40 trees are replaced by new random trees:
+    """Draws in which 0 to all of 37 trees are replaced by new random trees:
     the replaced ones are traversed again in groups of 16 while more than 8
     remain, then of 4, the last group shifted back at the end of the list
-    (`grove._RETRAVERSE_GROUPS`); every count around those sizes."""
+    (`grove._RETRAVERSE_GROUPS`); every count around those sizes (37 trees,
+    all replaced: the last group starts at the last tree)."""
     rng = np.random.default_rng(11)
-    p, n, max_split, num_trees, depth = 3, 29, 6, 40, 4
-    counts = [0, 1, 3, 4, 5, 8, 9, 12, 16, 17, 24, 25, 33, 39, 40, 2]
+    p, n, max_split, num_trees, depth = 3, 29, 6, 37, 4
+    counts = [0, 1, 3, 4, 5, 8, 9, 12, 16, 17, 24, 25, 33, 36, 37, 2]
     forest = random_forest(rng, num_trees, depth, p, max_split)
     var, split = np.asarray(forest.var_tree), np.asarray(forest.split_tree)
     forests = [forest]
