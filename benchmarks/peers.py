@@ -194,10 +194,8 @@ def worker(spec):
     for n, nskip, ndpost, *more in spec['fits']:
         columns, n_test = (*more, None, None)[:2]
         x, y = friedman1(n)
-        x_test = None
-        if n_test:  # rows after the training rows, from the same stream
-            x_all, _ = friedman1(n + n_test)
-            x, x_test = x_all[:n], x_all[n:]
+        # rows after the training rows, from the same stream
+        x_test = friedman1(n + n_test)[0][n:] if n_test else None
         if columns:  # the first columns only
             x = x[:, :columns]
             x_test = None if x_test is None else x_test[:, :columns]

@@ -236,10 +236,15 @@ def random_trace(rng, ndraws, num_trees, depth, p, max_split):
     for i in range(ndraws):
         if i > 0:
             var, split = _next_draw(rng, var, split, p, max_split)
-        leaf = _leaf_mask(split)
-        values = np.where(leaf, rng.normal(size=leaf.shape), 0.0).astype(np.float32)
-        forests.append(TreeHeaps(jnp.asarray(var), jnp.asarray(split), jnp.asarray(values)))
+        forests.append(_with_leaf_values(rng, var, split))
     return forests
+
+
+def _with_leaf_values(rng, var, split):
+    """The forest of these heaps, with random values at its leaves."""
+    leaf = _leaf_mask(split)
+    values = np.where(leaf, rng.normal(size=leaf.shape), 0.0).astype(np.float32)
+    return TreeHeaps(jnp.asarray(var), jnp.asarray(split), jnp.asarray(values))
 
 
 @pytest.fixture(scope='module')
@@ -344,9 +349,7 @@ def test_evaluate_trace_retraverses_any_number_of_trees():
         # trees at either end of the list too: the shifted last group
         which = rng.choice(num_trees, size=count, replace=False)
         var[which], split[which] = np.asarray(fresh.var_tree)[which], np.asarray(fresh.split_tree)[which]
-        leaf = _leaf_mask(split)
-        values = np.where(leaf, rng.normal(size=leaf.shape), 0.0).astype(np.float32)
-        forests.append(TreeHeaps(jnp.asarray(var), jnp.asarray(split), jnp.asarray(values)))
+        forests.append(_with_leaf_values(rng, var, split))
     trace = TreeHeaps(*(jnp.stack(arrays) for arrays in zip(*forests, strict=True)))
     X = jnp.asarray(rng.integers(0, max_split + 1, size=(p, n)).astype(np.uint8))
     expected = np.stack([brute_eval(X, forest) for forest in forests])
