@@ -33,6 +33,7 @@ from bartz import (  # noqa: E402
 from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
 from bartz.io import load  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
+from bartz.encoding import PositionalColumnsWarning  # noqa: E402
 from bartz import estimators, partial, polyagamma  # noqa: E402
 from bartz.estimators import BARTClassifier, BARTRegressor  # noqa: E402
 
@@ -43,6 +44,7 @@ __all__ = [
     'BARTFit',
     'BARTRegressor',
     'ConvergenceWarning',
+    'PositionalColumnsWarning',
     'buckets',
     'compile_cache',
     'diagnostics',

@@ -78,9 +78,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse
 
-from bartz import prepcovars
+from bartz import _warn, prepcovars
 
-__all__ = ['ColumnSpec', 'Encoding', 'fit_encoding']
+__all__ = ['ColumnSpec', 'Encoding', 'PositionalColumnsWarning', 'fit_encoding']
 
 _FMAX = float(np.finfo(np.float32).max)
 _NUMERIC = 'numeric'
@@ -117,6 +117,7 @@ class Encoding:
     def __init__(self, columns: Sequence[ColumnSpec], named: bool):
         self.columns = tuple(ColumnSpec(*c) for c in columns)
         self.named = bool(named)
+        self.warned_by_position = False  # `PositionalColumnsWarning` given (once per fit)
         encoded_column, encoded_level, encoded_names = [], [], []
         for i, c in enumerate(self.columns):
             for level in _dummy_levels(c):
@@ -461,6 +462,14 @@ def _column_values(x, name: str, enc: Encoding) -> list:
     series = isinstance(x, pd.Series)
     if series:
         x = x.to_frame()
+    values = _matched_columns(x, name, enc, series)
+    if isinstance(x, pd.DataFrame) != enc.named and enc.num_columns > 1:
+        _warn_by_position(enc, name, named_now=isinstance(x, pd.DataFrame))
+    return values
+
+
+def _matched_columns(x, name: str, enc: Encoding, series: bool) -> list:
+    """`_column_values` of a DataFrame (or a Series made one, `series`) or array ``x``."""
     p = enc.num_columns
     if isinstance(x, pd.DataFrame):
         if enc.named:
@@ -482,6 +491,27 @@ def _column_values(x, name: str, enc: Encoding) -> list:
     if arr.shape[1] != p:
         raise ValueError(columns_message(name, p, arr.shape[1], np.ndim(x) == 1))
     return [arr[:, j] for j in range(p)]
+
+
+class PositionalColumnsWarning(UserWarning):
+    """New data's columns are matched to ``x_train``'s by position, because
+    one of the two is a DataFrame and the other is not."""
+
+
+def _warn_by_position(enc: Encoding, name: str, *, named_now: bool) -> None:
+    """Warn, once per fit, that the columns of ``name`` are taken by position."""
+    if enc.warned_by_position:
+        return
+    enc.warned_by_position = True
+    if named_now:
+        what = f'{name} is a DataFrame but x_train was not'
+    else:
+        what = f'x_train was a DataFrame (columns {enc.column_names[:5]}{"..." if enc.num_columns > 5 else ""}) but {name} is not'
+    msg = (
+        f'{what}: its {enc.num_columns} columns are taken by position, in the order of x_train, '
+        'whatever their names; pass both as DataFrames to match columns by name, or both as arrays'
+    )
+    warnings.warn(msg, PositionalColumnsWarning, stacklevel=_warn.user_stacklevel())
 
 
 def row_as_frame(x, enc: Encoding):

@@ -35,7 +35,7 @@ import pandas as pd
 from scipy import sparse as scipy_sparse
 
 from bartz.BART import gbart
-from bartz.encoding import masked_as_nan
+from bartz.encoding import PositionalColumnsWarning, masked_as_nan
 
 __all__ = ['BARTClassifier', 'BARTRegressor']
 
@@ -221,13 +221,24 @@ class _BARTEstimator:
             raise ValueError(msg)
         return arr
 
+    def _posterior_mean(self, X):
+        """``fit_.predict(X, kind='mean')`` as float64; scikit-learn's own
+        warning about feature names (`_check_feature_names`) replaces
+        bartz's about columns taken by position."""
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', PositionalColumnsWarning)
+            return np.asarray(self.fit_.predict(X, kind='mean'), np.float64)
+
     def _random_seed(self):
         rs = self.random_state
         if rs is None:
             return int(np.random.default_rng().integers(2**31))
         if isinstance(rs, numbers.Integral) and not isinstance(rs, bool):
-            if rs < 0:
-                msg = f'random_state must be None, a non-negative integer or a numpy RandomState/Generator, got {rs!r}'
+            if not 0 <= rs < 2**64:
+                msg = (
+                    'random_state must be None, a non-negative integer below 2**64 or a numpy '
+                    f'RandomState/Generator, got {rs!r}'
+                )
                 raise ValueError(msg)
             return int(rs)
         if isinstance(rs, np.random.RandomState):
@@ -414,7 +425,7 @@ class BARTRegressor(_BARTEstimator):
         X = self._validate_X(X, reset=False)
         if self._constant is not None:
             return np.full(X.shape[0], self._constant)
-        return np.asarray(self.fit_.predict(X, kind='mean'), np.float64)
+        return self._posterior_mean(X)
 
     def score(self, X, y):
         """Coefficient of determination R^2 of `predict` on ``(X, y)``."""
@@ -543,7 +554,7 @@ class BARTClassifier(_BARTEstimator):
         """Posterior mean probabilities of the two classes, ``(n_samples, 2)``."""
         self._check_fitted()
         X = self._validate_X(X, reset=False)
-        p = np.asarray(self.fit_.predict(X, kind='mean'), np.float64)
+        p = self._posterior_mean(X)
         p = np.clip(p, 0.0, 1.0)
         return np.column_stack([1 - p, p])
 

@@ -11,7 +11,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from bartz import gbart, prepcovars
 from bartz.diagnostics import ConvergenceWarning
-from bartz.encoding import Encoding, fit_encoding
+from bartz.encoding import Encoding, PositionalColumnsWarning, fit_encoding
 
 SMALL = {'ntree': 20, 'ndpost': 50, 'nskip': 20, 'printevery': None}
 
@@ -332,3 +332,58 @@ def test_missing_fit_reports_original_columns(cat_data):
     assert fit.varcount['a'].mean() > fit.varcount['z'].mean()
     assert np.all(np.isfinite(fit.yhat_test))
     assert_allclose(fit.predict(df.iloc[:30]), fit.yhat_test, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- columns by position
+
+
+@pytest.fixture(scope='module')
+def position_data():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(size=(60, 3))
+    y = x[:, 0] + 0.1 * rng.normal(size=60)
+    return x, y
+
+
+POSITION = {'ntree': 5, 'ndpost': 10, 'nskip': 5, 'printevery': None}
+
+
+def _position_warnings(record):
+    return [w for w in record if issubclass(w.category, PositionalColumnsWarning)]
+
+
+def test_array_fit_dataframe_x_test_warns_once(position_data):
+    x, y = position_data
+    reordered = pd.DataFrame(x[:5, ::-1], columns=['c', 'b', 'a'])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter('always')
+        fit = gbart(x, y, x_test=reordered, **POSITION)
+        fit.predict(reordered)
+        fit.predict(reordered)
+    (w,) = _position_warnings(record)
+    assert 'x_test is a DataFrame but x_train was not' in str(w.message)
+    assert 'taken by position' in str(w.message)
+    assert w.filename == __file__  # points at the user's call
+    assert_array_equal(fit.predict(reordered), fit.predict(x[:5, ::-1]))  # by position, as said
+
+
+def test_dataframe_fit_array_predict_warns_once(position_data):
+    x, y = position_data
+    fit = gbart(pd.DataFrame(x, columns=['a', 'b', 'c']), y, **POSITION)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter('always')
+        fit.predict(x[:5])
+        fit.predict(x[:5])
+    (w,) = _position_warnings(record)
+    assert "x_train was a DataFrame (columns ['a', 'b', 'c']) but x_new is not" in str(w.message)
+
+
+def test_same_kind_or_one_column_does_not_warn(position_data):
+    x, y = position_data
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter('always')
+        gbart(x, y, x_test=x[:5], **POSITION).predict(x[:5])
+        frame = pd.DataFrame(x, columns=['a', 'b', 'c'])
+        gbart(frame, y, x_test=frame.iloc[:5, ::-1], **POSITION)
+        gbart(x[:, :1], y, x_test=pd.DataFrame({'z': x[:5, 0]}), **POSITION)
+    assert not _position_warnings(record)
