@@ -49,7 +49,11 @@ def _check_real(name, value, *, low=None, high=None, low_open=True, high_open=Tr
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         msg = f'{name} must be a real number, got {value!r}'
         raise TypeError(msg)
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        msg = f'{name} must be a finite real number, got an integer of {len(str(abs(value)))} digits, too large for float64'
+        raise ValueError(msg) from None
     bad = not math.isfinite(value)
     if low is not None:
         bad |= value <= low if low_open else value < low
@@ -133,17 +137,59 @@ def _check_devices(devices, num_chain_devices, num_data_devices, mc_cores):
     return sharding.make_mesh(cd, dd, devices)
 
 
-def _make_key(seed):
-    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
-        return seed
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        msg = f'seed must be an integer or a JAX random key, got {seed!r}'
-        raise TypeError(msg)
-    if not 0 <= seed < 2**63:
-        msg = f'seed must be a non-negative integer, got {seed}'
-        raise ValueError(msg)
-    return _random.key_on_host(int(seed) % (2**32))
+def _make_key(seed, name='seed'):
+    """The JAX key of an integer seed in ``[0, 2**64)`` or of a single JAX key.
 
+    A seed below ``2**32`` gives ``random.key(seed)``'s stream (key words ``(0,
+    seed)``); a larger one the words ``(seed >> 32, seed & 0xffffffff)``, as
+    ``random.key`` does with 64-bit integers, so no two seeds below ``2**64``
+    share a stream. A legacy ``random.PRNGKey`` (``uint32`` of shape ``(2,)``)
+    is accepted; a batch of keys is refused by name.
+    """
+    if isinstance(seed, jax.Array | np.ndarray) and not _is_integer_scalar(seed):
+        return _single_key(seed, name)
+    if isinstance(seed, bool | np.bool_) or not (isinstance(seed, numbers.Integral) or _is_integer_scalar(seed)):
+        msg = f'{name} must be a non-negative integer or a JAX random key, got {seed!r}'
+        raise TypeError(msg)
+    seed = int(seed)
+    if not 0 <= seed < 2**64:
+        msg = f'{name} must be a non-negative integer below 2**64, got {seed}'
+        raise ValueError(msg)
+    return _random.key_on_host(seed)
+
+
+def _is_integer_scalar(value) -> bool:
+    """A 0-d integer array (NumPy's or JAX's): a seed, not a key."""
+    dtype = getattr(value, 'dtype', None)
+    return (
+        getattr(value, 'ndim', None) == 0
+        and dtype is not None
+        and not jnp.issubdtype(dtype, jax.dtypes.prng_key)
+        and np.issubdtype(dtype, np.integer)
+    )
+
+
+def _single_key(key, name):
+    """`key` as one typed JAX key: a typed key of shape ``()``, or the raw
+    ``uint32`` data ``(2,)`` of ``random.PRNGKey``."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            msg = (
+                f'{name} must be a single JAX random key, got a batch of keys of shape {key.shape}; '
+                'pass one of them (e.g. keys[0]), or one seed per fit'
+            )
+            raise ValueError(msg)
+        return key
+    if key.dtype == np.uint32 and key.shape == (2,):
+        return jax.random.wrap_key_data(jnp.asarray(key))
+    if key.dtype == np.uint32 and key.ndim == 2 and key.shape[-1] == 2:
+        msg = (
+            f'{name} must be a single JAX random key, got a batch of {key.shape[0]} raw keys (shape {key.shape}); '
+            'pass one of them (e.g. keys[0])'
+        )
+        raise ValueError(msg)
+    msg = f'{name} must be a non-negative integer or a JAX random key, got an array of dtype {key.dtype} and shape {key.shape}'
+    raise TypeError(msg)
 
 
 class Settings(NamedTuple):
@@ -230,6 +276,7 @@ def check_settings(
     _check_bool('usequants', usequants)
     _check_bool('rm_const', rm_const)
     _check_bool('save_yhat_train', save_yhat_train)
+    _check_tree_prior(base, power)
     return Settings(
         sparse=bool(sparse),
         theta=_check_real('theta', theta, low=0, low_open=False),
@@ -260,6 +307,20 @@ def check_settings(
         warmstart=_check_int('warmstart', warmstart, 0),
         move_probs=move_probs_array(moves),
     )
+
+
+def _check_tree_prior(base, power):
+    """Refuse ``base=1, power=0``: every node splits with probability 1, so
+    the prior has no finite trees and every move that stops a tree
+    growing is refused (bartz's bounded trees would stay leaves)."""
+    base = _check_real('base', base, low=0, high=1, high_open=False)
+    power = _check_real('power', power, low=0, low_open=False)
+    if base == 1 and power == 0:
+        msg = (
+            'base=1 with power=0 makes every node split with probability base / (1 + depth)**power = 1: '
+            'the tree prior never stops growing, so no tree is possible; lower base (R: 0.95) or raise power (R: 2)'
+        )
+        raise ValueError(msg)
 
 
 def check_warmstart(warmstart, mesh):

@@ -82,12 +82,17 @@ def fold_in(key, data):
 
 
 def key_on_host(seed):
-    """``random.key(seed)`` for a seed in ``[0, 2**32)``, made on the host:
-    with the default threefry generator the key's words are ``(0, seed)``,
-    so no program is compiled (JAX's `random.key` compiles two)."""
+    """``random.key(seed)`` for a seed in ``[0, 2**64)``, made on the host:
+    with the default threefry generator the key's words are ``(seed >> 32,
+    seed & 0xffffffff)``, as JAX makes them from a 64-bit seed (``(0, seed)``
+    below ``2**32``), so no program is compiled (JAX's `random.key` compiles
+    two). Other generators get ``random.key`` of the low word, with the high
+    word folded in when it is not 0."""
+    high, low = seed >> 32, seed & 0xFFFFFFFF
     if jax.config.jax_default_prng_impl != 'threefry2x32':
-        return random.key(seed)
-    return random.wrap_key_data(np.array([0, seed], np.uint32), impl='threefry2x32')
+        key = random.key(low)
+        return key if high == 0 else random.fold_in(key, high)
+    return random.wrap_key_data(np.array([high, low], np.uint32), impl='threefry2x32')
 
 
 def fold_in_on_host(key, data):

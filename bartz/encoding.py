@@ -406,7 +406,10 @@ def numbers_from_object(arr: np.ndarray) -> np.ndarray:
     flat = arr.reshape(-1)
     if not all(_is_missing(v) or _is_number(v) for v in flat):
         return arr
-    return np.array([np.nan if _is_missing(v) else float(v) for v in flat], np.float64).reshape(arr.shape)
+    try:
+        return np.array([np.nan if _is_missing(v) else float(v) for v in flat], np.float64).reshape(arr.shape)
+    except OverflowError:
+        return arr  # an integer beyond float64: left for the caller's check, which names the column
 
 
 def masked_as_nan(x):
@@ -602,6 +605,9 @@ def _to_float(values, label: str) -> np.ndarray:
             col = values.to_numpy(dtype=np.float64, na_value=np.nan)
         else:
             col = np.asarray(values, dtype=np.float64)
+    except OverflowError:
+        msg = f'{label} has an integer too large for a float64 number; rescale it'
+        raise ValueError(msg) from None
     except (TypeError, ValueError) as e:
         msg = f'{label} could not be converted to numbers ({e}); it was numeric in x_train'
         raise TypeError(msg) from e
