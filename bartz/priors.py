@@ -49,7 +49,7 @@ OUTCOME_TYPES = {
         binary=False,
         ntree=200,
         keepevery=1,
-        default_tau_num=lambda y: float((y.max() - y.min()) / 2),
+        default_tau_num=lambda y: float(y.max() / 2 - y.min() / 2),  # (max - min) / 2 without overflow
         default_offset=lambda y: float(y.mean()),
         link='affine',
         prob=None,
@@ -105,7 +105,7 @@ def check_outcome(outcome: OutcomeType, y_train, w, n: int) -> tuple[np.ndarray,
         if w is not None:
             msg = "w is for type='wbart' only"
             raise ValueError(msg)
-    elif np.ptp(y) == 0:
+    elif y.max() == y.min():
         msg = f'y_train is constant ({y[0]}): there is nothing to fit'
         raise ValueError(msg)
     if w is not None:
@@ -113,7 +113,28 @@ def check_outcome(outcome: OutcomeType, y_train, w, n: int) -> tuple[np.ndarray,
         if np.any(w <= 0):
             msg = f'w must be positive, got minimum {w.min()}'
             raise ValueError(msg)
+        _check_weights(w)
     return y, w
+
+
+def _check_weights(w) -> None:
+    """The sampler weighs each point by ``1 / w**2`` in float32 and sums
+    the weights over the data: each must be a normal float32 number and
+    their sum well below float32's largest."""
+    with np.errstate(over='ignore'):
+        prec = 1 / w**2
+        total = float(np.sum(prec))
+    if prec.min() < _F32.tiny or not total <= _MAX_PRECISION_SUM:
+        bad = float(w.max() if prec.min() < _F32.tiny else w.min())
+        msg = (
+            f'w has a value {bad:.6g} that the sampler cannot use: it weighs each point by 1 / w**2 in float32, '
+            f'which must be at least {_F32.tiny:.3g}, and their sum at most {_MAX_PRECISION_SUM:.3g} (got '
+            f'{total:.3g}); rescale w (multiplying w by c divides sigma by c, the same model)'
+        )
+        raise ValueError(msg)
+
+
+_MAX_PRECISION_SUM = 1e35  # sums of 1 / w**2 with float32 headroom for the leaves' statistics
 
 
 class Priors(NamedTuple):
@@ -175,27 +196,38 @@ def r_priors(
     sigdf, sigquant, k, ntree
         As in `bartz.gbart`.
     """
+    given = {'offset': offset is not None, 'tau_num': tau_num is not None, 'sigest': sigest is not None}
+    given['lambda_'] = lambda_ is not None
+    given['k'], given['ntree'] = k, ntree  # named in messages
+    scale = 1.0 if outcome.binary else _check_scale(y)
     if offset is None:
         offset = outcome.default_offset(y)
     if tau_num is None:
         tau_num = outcome.default_tau_num(y)
     if outcome.binary:
-        scale = 1.0
         y_core = y.astype(bool)
         sigest = lambda_ = sigma2_alpha = sigma2_beta = None
         sigma2_init = 1.0
     else:
-        scale = float(np.std(y))
-        y_core = ((y - offset) / scale).astype(np.float32)
-        if sigest is None:
-            sigest = _ols_sigest(x_ols, y) if x_ols.shape[1] else float(np.std(y, ddof=1))
-        if lambda_ is None:
-            qchi = 2 * special.gammaincinv(sigdf / 2, 1 - sigquant)  # scipy.stats.chi2.ppf(1 - sigquant, sigdf)
-            lambda_ = sigest**2 * qchi / sigdf
+        # in units of sd(y): y of any magnitude float64 holds gives the same numbers
+        with np.errstate(over='ignore', under='ignore'):
+            y_std = y / scale
+            if sigest is None:
+                sigest_std = _ols_sigest(x_ols, y_std) if x_ols.shape[1] else float(np.std(y_std, ddof=1))
+                sigest = sigest_std * scale
+            else:
+                sigest_std = sigest / scale
+            if lambda_ is None:
+                qchi = 2 * special.gammaincinv(sigdf / 2, 1 - sigquant)  # scipy.stats.chi2.ppf(1 - sigquant, sigdf)
+                lambda_std = sigest_std**2 * qchi / sigdf
+                lambda_ = lambda_std * scale**2
+            else:
+                lambda_std = lambda_ / scale / scale
+            y_core = ((y - offset) / scale).astype(np.float32)
         sigma2_alpha = sigdf / 2
-        sigma2_beta = sigdf * lambda_ / 2 / scale**2
-        sigma2_init = (sigest / scale) ** 2
-    return Priors(
+        sigma2_beta = sigdf * lambda_std / 2
+        sigma2_init = sigest_std**2
+    prior = Priors(
         offset=float(offset),
         scale=scale,
         tau_num=tau_num,
@@ -207,6 +239,82 @@ def r_priors(
         sigma2_init=sigma2_init,
         y_core=y_core,
     )
+    _check_float32(outcome, prior, given)
+    return prior
+
+
+def _check_scale(y) -> float:
+    """``sd(y)``, the unit of the sampler; refused where float64 cannot hold it."""
+    with np.errstate(over='ignore', under='ignore', invalid='ignore'):
+        scale = float(np.std(y))
+        if 0 <= scale < _TINY_SD:  # the squares underflowed: the sd of y / max|y|, scaled back
+            big = float(np.max(np.abs(y)))
+            scale = big * float(np.std(y / big))
+    if not math.isfinite(scale) or scale == 0:
+        big = float(np.max(np.abs(y)))
+        msg = (
+            f'y_train has values up to {big:.3g} in magnitude, whose standard deviation float64 '
+            f'cannot hold ({scale}); rescale y_train (e.g. divide it by {big:.0e}) and scale the results back'
+        )
+        raise ValueError(msg)
+    return scale
+
+
+_TINY_SD = 1e-140  # below this, squares of the deviations underflow in float64
+_F32 = np.finfo(np.float32)
+_F32_MAX, _F32_TINY = float(_F32.max), float(_F32.tiny)
+# |y - offset| / sd(y) beyond this rounds to more than one sd in float32
+_MAX_STANDARDISED = float(2**24)
+
+
+def _check_float32(outcome: OutcomeType, prior: Priors, given: dict) -> None:
+    """Refuse, before anything is compiled, priors the float32 sampler
+    cannot hold: each of the numbers it receives must be finite, and the
+    positive ones normal (not 0 or subnormal) in float32. Errors name the
+    argument that made the number, or say which default did."""
+
+    def origin(name, default):
+        return name if given.get(name) else f'{name} (by default {default})'
+
+    def check(value, what, culprit, *, positive=True):
+        ok = math.isfinite(value) and abs(value) <= _F32_MAX and (not positive or value >= _F32_TINY)
+        if not ok:
+            bound = f'between {_F32.tiny:.3g} and {_F32.max:.3g}' if positive else f'at most {_F32.max:.3g} in magnitude'
+            msg = (
+                f'{culprit} gives {what} = {value:.6g}, which the sampler cannot use: it computes in float32, '
+                f'where this number must be {bound}'
+            )
+            raise ValueError(msg)
+
+    if not math.isfinite(prior.offset):  # the default, mean(y), can overflow
+        msg = f'{origin("offset", "mean(y_train)")} is {prior.offset}: rescale y_train'
+        raise ValueError(msg)
+    if outcome.binary:  # the sampler's latent threshold (a continuous offset is added on the host)
+        check(prior.offset, 'the offset', origin('offset', 'from the mean of y_train'), positive=False)
+    leaf_culprit = (
+        f"k={given['k']:g} with tau_num={prior.tau_num:g}{'' if given['tau_num'] else ' (the default)'} "
+        f"and ntree={given['ntree']}"
+    )
+    with np.errstate(over='ignore', under='ignore'):
+        leaf_var = float(np.float64(prior.leaf_sd) ** 2)
+    check(leaf_var, 'the leaf prior variance (tau_num / (k sqrt(ntree)))**2 in units of var(y_train)', leaf_culprit)
+    check(1 / leaf_var, 'the leaf prior precision', leaf_culprit)
+    if outcome.binary:
+        return
+    check(prior.sigma2_alpha, "the error variance prior's shape sigdf / 2", 'sigdf')
+    sigest_culprit = origin('sigest', 'the residual sd of a linear regression of y_train on x_train')
+    check(prior.sigma2_init, 'the starting error variance (sigest / sd(y_train))**2', sigest_culprit)
+    lambda_culprit = 'lambda_' if given['lambda_'] else f'lambda_ (by default from sigdf, sigquant and {sigest_culprit})'
+    check(prior.sigma2_beta, "the error variance prior's scale sigdf * lambda_ / 2 in units of var(y_train)", lambda_culprit)
+    reach = float(np.max(np.abs(prior.y_core), initial=0.0))
+    if not reach <= _MAX_STANDARDISED:
+        msg = (
+            f'{origin("offset", "mean(y_train)")} leaves y_train minus the offset reaching {reach:.3g} standard '
+            f'deviations of y_train: in float32, which the sampler computes in, that rounds to more than one '
+            f'standard deviation (the limit is {_MAX_STANDARDISED:.3g}); pass an offset within the range of '
+            'y_train, or subtract a constant from y_train'
+        )
+        raise ValueError(msg)
 
 
 def _ols_sigest(x, y):
