@@ -47,7 +47,7 @@ import warnings
 import jax
 import numpy as np
 
-from bartz import _checks, _random, buckets, encoding, grove, mcmcloop, mcmcstep, prepcovars, priors, warmstart
+from bartz import _checks, _programs, _random, buckets, encoding, grove, mcmcloop, mcmcstep, prepcovars, priors, warmstart
 from bartz._checks import (  # noqa: F401  (kept importable from here)
     _as_vector,
     _check_bool,
@@ -297,6 +297,7 @@ def gbart(
     )
     mesh = _checks.make_mesh(devices, num_chain_devices, num_data_devices, settings.mc_cores)
     _checks.check_warmstart(settings.warmstart, mesh)
+    _programs.watch_maps()  # before anything compiles: a long session stays below Linux's limit of mappings
 
     # 2. encode the columns, cut-points, binning
     enc = encoding.fit_encoding(x_train, 'x_train')

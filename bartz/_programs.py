@@ -31,11 +31,26 @@ warns once per directory).
 The files are Python pickles of JAX's serialised executables
 (`jax.experimental.serialize_executable`): like JAX's own cache entries
 they are trusted, and whoever can write to the cache directory can make
-the process run their code.
+the process run their code. So they are read and written only where
+`bartz.compile_cache`'s rule allows (the directory and its
+``bartz-programs`` folder yours and writable by you alone, the
+directories above them safe from others), also in a directory that the
+user configured in JAX; elsewhere a warning says why, once.
+
+The programs of this process are kept in memory (`_LOADED`), also where
+the cache is off (then compiled ahead of time in memory, as plain jit
+would, and not stored), at most ``compile_cache.limits().max_programs``
+of them: beyond, the least recently used is dropped, with the caches of
+the jitted function it came from (which hold its executable too). A long
+session that fits many settings thus holds a bounded number of them,
+where each would keep memory and a few hundred memory mappings
+(`watch_maps` is the last resort for what bartz does not track).
 """
 
+import collections
 import contextlib
 import functools
+import gc
 import hashlib
 import os
 import pickle
@@ -55,7 +70,7 @@ from bartz import compile_cache
 
 # Bump to ignore every file written by earlier layouts.
 _FORMAT = 2
-_SUBDIR = 'bartz-programs'
+_SUBDIR = compile_cache._PROGRAMS_SUBDIR  # noqa: SLF001
 _SUFFIX = '.bartz-program'
 
 # Public JAX settings that change what a function traces to.
@@ -75,21 +90,80 @@ _TRACE_SETTINGS = (
 
 
 class _Loaded:
-    """The compiled programs of this process, by key; cleared by
+    """The compiled programs of this process, by key, the least recently
+    used first, at most ``compile_cache.limits().max_programs``; cleared by
     `jax.clear_caches` like JAX's own, so that a long session can release
     them (each keeps memory mappings and code)."""
 
     def __init__(self):
-        self.programs: dict[str, object] = {}
+        self.programs: collections.OrderedDict[str, object] = collections.OrderedDict()
+        self.jitted: dict[str, Callable] = {}  # the jitted function of each
+        self.lock = threading.Lock()
+
+    def get(self, key: str):
+        """The program of `key`, now the most recently used, or None."""
+        with self.lock:
+            program = self.programs.get(key)
+            if program is not None:
+                self.programs.move_to_end(key)
+            return program
+
+    def keep(self, key: str, program, jitted: Callable):
+        """Keep `program` (or return the one kept already under `key`),
+        dropping the least recently used beyond the limit."""
+        with self.lock:
+            program = self.programs.setdefault(key, program)
+            self.programs.move_to_end(key)
+            self.jitted[key] = jitted
+            dropped = self._over_limit()
+        _release(dropped)
+        return program
+
+    def replace(self, key: str, program) -> None:
+        """Put `program` in place of the one of `key`, if still kept."""
+        with self.lock:
+            if key in self.programs:
+                self.programs[key] = program
+
+    def enforce(self) -> None:
+        with self.lock:
+            dropped = self._over_limit()
+        _release(dropped)
+
+    def _over_limit(self) -> list[Callable]:
+        limit = compile_cache.limits().max_programs
+        dropped = []
+        while limit is not None and len(self.programs) > limit:
+            key, _ = self.programs.popitem(last=False)
+            dropped.append(self.jitted.pop(key))
+            with _LOCK:
+                _KEY_LOCKS.pop(key, None)
+        return dropped
 
     def cache_clear(self):
-        self.programs.clear()
+        with self.lock:
+            self.programs.clear()
+            self.jitted.clear()
 
     def cache_info(self):
         return f'{len(self.programs)} bartz programs'
 
     def cache_keys(self):
         return list(self.programs)
+
+
+def _release(jitteds: list[Callable]) -> None:
+    """Clear the caches of the jitted functions of dropped programs: JAX
+    holds each executable too, through the traced and lowered program
+    cached for its function (jax 0.10.2: ``clear_cache`` clears the
+    function's compiled and traced programs), so dropping bartz's reference
+    alone would free nothing. Programs of the same function still kept by
+    bartz are not affected (bartz holds them); the function traces again
+    for a new one."""
+    for jitted in {id(j): j for j in jitteds}.values():
+        clear = getattr(jitted, 'clear_cache', None)
+        if clear is not None:
+            clear()
 
 
 _LOADED = _Loaded()
@@ -99,6 +173,94 @@ try:  # jax 0.10.2 (private): let jax.clear_caches() clear ours too
     _jax_util.register_cache(_LOADED, 'bartz._programs')
 except (ImportError, AttributeError):  # pragma: no cover, a future JAX
     pass
+
+
+def apply_limits() -> None:
+    """Drop what is beyond ``compile_cache.limits()`` now, and count the
+    mappings at the next call of `watch_maps` (called by
+    `bartz.compile_cache.set_limits`)."""
+    _LOADED.enforce()
+    _Maps.skip = 0
+
+
+def programs_in_memory() -> int:
+    """The number of programs kept in `_LOADED`."""
+    with _LOADED.lock:
+        return len(_LOADED.programs)
+
+
+class _Maps:
+    warned = False  # `watch_maps` warns once per process
+    skip = 0  # calls of `watch_maps` left before it counts again
+
+
+# Generously more mappings than one fit or prediction adds (about 300 for
+# an MCMC loop): `watch_maps` counts again only after as many calls as
+# could, at this many each, fill the margin left below its threshold
+# (reading ``/proc/self/maps`` takes time in proportion to the mappings).
+_MAPS_PER_CALL = 2_000
+
+
+def watch_maps() -> None:
+    """The last resort against Linux's limit of memory mappings, called
+    where a fit or a prediction starts, before it compiles anything.
+
+    Every compiled XLA CPU program keeps a few memory mappings per kernel,
+    and at ``vm.max_map_count`` (65,530 by default) XLA's compiler aborts
+    the process (``LLVM ERROR: Unable to allocate section memory!``, no
+    Python traceback). bartz bounds its own programs (`_LOADED`), but not
+    those of its other jitted functions or of other JAX code: above
+    ``compile_cache.limits().maps_fraction`` of the limit, clear all of
+    JAX's in-memory caches, and warn the first time. Off where
+    ``/proc/self/maps`` cannot be read (not Linux)."""
+    fraction = compile_cache.limits().maps_fraction
+    limit = _max_map_count()
+    if fraction is None or limit is None:
+        return
+    if _Maps.skip > 0:
+        _Maps.skip -= 1
+        return
+    count = map_count()
+    threshold = fraction * limit
+    if count is None or count <= threshold:
+        _Maps.skip = 0 if count is None else int((threshold - count) // _MAPS_PER_CALL)
+        return
+    jax.clear_caches()
+    _LOADED.cache_clear()  # (also if a future JAX no longer clears registered caches)
+    gc.collect()  # executables in reference cycles keep their mappings until collected
+    if _Maps.warned:
+        return
+    _Maps.warned = True
+    after = map_count()
+    warnings.warn(
+        f'this process held {count:,} memory mappings, more than {fraction:.0%} of Linux\'s limit '
+        f'(vm.max_map_count = {limit:,}), at which XLA\'s compiler aborts the process: bartz cleared '
+        f'the compiled programs of JAX from memory (jax.clear_caches(); {after:,} mappings now). The '
+        f'next fits compile their programs again, or load them from the compilation cache. This '
+        f'warning is given once; bartz.compile_cache.set_limits(maps_fraction=...) sets the share.',
+        compile_cache.MemoryMapsWarning,
+        stacklevel=3,
+    )
+
+
+def map_count() -> int | None:
+    """The number of memory mappings of this process, or None where the
+    OS does not tell (only Linux's ``/proc/self/maps``, a line each)."""
+    try:
+        with open('/proc/self/maps', 'rb') as file:
+            return file.read().count(b'\n')
+    except OSError:
+        return None
+
+
+@functools.cache
+def _max_map_count() -> int | None:
+    """Linux's ``vm.max_map_count``, or None where unknown."""
+    try:
+        return int(Path('/proc/sys/vm/max_map_count').read_text())
+    except (OSError, ValueError):
+        return None
+
 
 # Switched off by the test suite, whose tests patch traced code in place.
 enabled = True
@@ -142,42 +304,51 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
     -------
     A function called like `jitted`, with one more keyword argument,
     ``quick``: XLA options for a first program that compiles faster (see
-    `_compile_quick_first`), or None. It calls `jitted` itself when the
-    cache is off or jit is disabled. Its ``prepare(*args)`` loads or
-    compiles the program for arguments that may be `jax.ShapeDtypeStruct`
-    (with the sharding the arrays will have; None for numpy arrays) without
-    running it, and returns whether the program is now ready; it is meant
-    for a background thread (a later call with arrays of that signature
-    waits for it, then runs the program).
+    `_compile_quick_first`, only with the cache on), or None. It calls
+    `jitted` itself when the layer is off (`enabled`, jit disabled, a
+    platform not checked) or an argument is not a concrete array; with
+    the cache off, it compiles the program in memory only (kept in
+    `_LOADED`, within the limit). Its ``prepare(*args)`` loads or compiles
+    the program for arguments that may be `jax.ShapeDtypeStruct` (with the
+    sharding the arrays will have; None for numpy arrays) without running
+    it, and returns whether the program is now ready; it is meant for a
+    background thread (a later call with arrays of that signature waits
+    for it, then runs the program).
     """
 
     def program_for(directory, key, args, quick=None):
         """The program, and a function that stores it if it was compiled
-        afresh here (else None)."""
-        program = _LOADED.programs.get(key)
+        afresh here (else None); `directory` None: in memory only."""
+        program = _LOADED.get(key)
         store = None
         if program is None:
             with _key_lock(key):
-                program = _LOADED.programs.get(key)
+                program = _LOADED.get(key)
                 if program is None:
-                    program = _load(directory, key)
+                    program = None if directory is None else _load(directory, key)
                     if program is None:
                         lowered = jitted.lower(*args)
-                        program = None if quick is None else _compile_quick_first(directory, key, lowered, quick)
-                        if program is None:
-                            program, fresh = _compile_fresh(lowered)
-                            if fresh:
-                                store = functools.partial(_store, directory, key, program)
-                    _LOADED.programs.setdefault(key, program)
+                        if directory is None:
+                            program = lowered.compile()
+                        else:
+                            program = (
+                                None
+                                if quick is None
+                                else _compile_quick_first(directory, key, lowered, quick, jitted)
+                            )
+                            if program is None:
+                                program, fresh = _compile_fresh(lowered)
+                                if fresh:
+                                    store = functools.partial(_store, directory, key, program)
+                    program = _LOADED.keep(key, program, jitted)
         return program, store
 
     @functools.wraps(jitted)
     def call(*args, quick: dict | None = None):
-        directory = _directory()
-        key = None if directory is None else _key(name, static, args)
+        key = _key(name, static, args) if _tracked() else None
         if key is None:
             return jitted(*args)
-        program, store = program_for(directory, key, args, quick)
+        program, store = program_for(_directory(), key, args, quick)
         out = program(*args)
         if store is not None:
             # written after the program is dispatched, while it runs
@@ -186,11 +357,10 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
         return out
 
     def prepare(*args) -> bool:
-        directory = _directory()
-        key = None if directory is None else _key(name, static, args)
+        key = _key(name, static, args) if _tracked() else None
         if key is None:
             return False
-        _, store = program_for(directory, key, args)
+        _, store = program_for(_directory(), key, args)
         if store is not None:
             store()
         return True
@@ -273,7 +443,7 @@ def quick_allowed() -> bool:
     return on and jaxlib.__version__ in QUICK_CHECKED_JAXLIB
 
 
-def _compile_quick_first(directory: Path, key: str, lowered, quick: dict):
+def _compile_quick_first(directory: Path, key: str, lowered, quick: dict, jitted: Callable):
     """A program compiled with the extra XLA options `quick` (faster to
     compile, slower to run), while the full program compiles on a thread
     and replaces it once ready (it is the one stored); None if the quick
@@ -288,14 +458,14 @@ def _compile_quick_first(directory: Path, key: str, lowered, quick: dict):
         program, _ = _compile_fresh(lowered, quick)
     except Exception:  # noqa: BLE001, an option this XLA does not know
         return None
-    _LOADED.programs[key] = program
+    program = _LOADED.keep(key, program, jitted)
 
     def full():
         try:
             better, fresh = _compile_fresh(lowered)
         except Exception:  # noqa: BLE001, keep the quick program
             return
-        _LOADED.programs[key] = better
+        _LOADED.replace(key, better)
         if fresh:
             _store(directory, key, better)
 
@@ -352,14 +522,28 @@ def _compile_fresh(lowered, options: dict | None = None) -> tuple[object, bool]:
     return program, _WATCH.cache_hits == 0
 
 
+def _tracked() -> bool:
+    """Whether the layer is on: programs compiled and kept by bartz (in
+    memory, and on disk with the cache)."""
+    return enabled and not jax.config.jax_disable_jit and jax.default_backend() in _PLATFORMS
+
+
 def _directory() -> Path | None:
-    """The folder of the programs, or None when the layer is off."""
-    if not enabled or jax.config.jax_disable_jit or jax.default_backend() not in _PLATFORMS:
+    """The folder of the programs, or None when the layer is off, the
+    cache too, or the folder is not trusted (then a warning, once)."""
+    if not _tracked():
         return None
     root = compile_cache.cache_dir()
     if root is None or '://' in root:  # remote filesystems: JAX's cache only
         return None
-    return Path(root) / _SUBDIR
+    folder = Path(root) / _SUBDIR
+    # also in a directory that the user gave JAX, which bartz did not check
+    untrusted = compile_cache._untrusted  # noqa: SLF001
+    problem = untrusted(root) or (folder.exists() and untrusted(folder))
+    if problem:
+        compile_cache._warn_once(os.fspath(folder), problem)  # noqa: SLF001
+        return None
+    return folder
 
 
 def _key(name: str, static: tuple, args: tuple) -> str | None:
@@ -459,7 +643,7 @@ def _store(directory: Path, key: str, program) -> None:
     except Exception:  # noqa: BLE001, this backend or program cannot be serialised: compile next time
         return
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        compile_cache._make_private_dirs(directory)  # noqa: SLF001, 0o700: the cache is trusted
         fd, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-')
         try:
             with os.fdopen(fd, 'wb') as file:

@@ -88,22 +88,77 @@ It never breaks a fit
     Likewise a whole program that cannot be written warns once for its
     folder, and one that cannot be read is deleted and compiled again.
 
-Security
+What the cache trusts
     As JAX's documentation warns, the cache is trusted: whoever can write to
-    it can make your process run their code (bartz's whole programs are
-    Python pickles of compiled code). Do not point it at a directory that others
-    can write to.
+    it can make your process run their code (JAX's entries are compiled
+    machine code, bartz's whole programs Python pickles of it). So, on
+    Linux and macOS, bartz uses a directory only if no one but you (and
+    root) can change what is in it:
+
+    - the directory, and its folder ``bartz-programs`` if it exists, must
+      be owned by you (``os.getuid()``) and not writable by group or
+      others;
+    - every directory above it must be owned by you or by root, and either
+      not writable by group or others, or have the sticky bit (as
+      ``/tmp``: there only an entry's owner can rename or delete it, so no
+      one can put another directory in place of yours).
+
+    This is the rule of OpenSSH's ``StrictModes`` for ``~/.ssh``. A
+    directory that breaks it is refused with a warning that names it and
+    says why, as one that cannot be written: at import and by `enable`
+    the cache stays as it was (off, at import). Where the user configured
+    JAX's cache (then bartz changes none of JAX's settings), bartz still
+    neither loads nor writes whole programs in a ``bartz-programs``
+    folder that breaks the rule. The directories that bartz creates, it
+    creates as ``0o700`` (only you). On Windows, whose permissions are not
+    these bits, nothing is checked.
+
+Compiled programs in memory
+    Every compiled program also takes memory in the process, and on Linux
+    memory mappings (a few for each of its kernels: about 300 for the
+    MCMC loop), of which a process may have at most ``vm.max_map_count``
+    (65,530 by default); at that limit XLA's compiler aborts the process
+    (``LLVM ERROR: Unable to allocate section memory!``). A session that
+    fits many models of different settings would reach it, so bartz
+    bounds what it keeps (`limits`, `set_limits`):
+
+    - it keeps at most ``max_programs`` of its compiled programs (the MCMC
+      loops and the predictions, 32 by default) in memory and drops the
+      least recently used beyond that, with what JAX keeps of them (the
+      caches of their jitted function); a dropped program is loaded from
+      the cache again, or compiled again, when a fit needs it;
+    - as a last resort, as a fit or a prediction starts, it counts the
+      process's memory mappings (Linux only: the lines of
+      ``/proc/self/maps``; far below the threshold, only every few calls),
+      and above ``maps_fraction`` (by default 0.5) of ``vm.max_map_count`` it
+      clears all of JAX's in-memory caches (``jax.clear_caches()``, also
+      the programs of other JAX code in the process) and its own, and
+      warns once with a `MemoryMapsWarning`. The next fits compile their
+      programs again or load them from the cache.
+
+    `programs_in_memory` tells how many programs bartz holds.
 """
 
 import os
+import stat
 import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 
-__all__ = ['cache_dir', 'disable', 'enable']
+__all__ = [
+    'Limits',
+    'MemoryMapsWarning',
+    'cache_dir',
+    'disable',
+    'enable',
+    'limits',
+    'programs_in_memory',
+    'set_limits',
+]
 
 _ENV_DIR = 'BARTZ_CACHE_DIR'
 _ENV_SWITCH = 'BARTZ_COMPILATION_CACHE'
@@ -122,8 +177,126 @@ _THRESHOLDS = {
 # The thresholds that bartz changed, so that `disable` can put them back.
 _changed_thresholds: dict[str, object] = {}
 
+# The folder of bartz's whole programs in the cache directory (`bartz._programs`).
+_PROGRAMS_SUBDIR = 'bartz-programs'
+
 # Directories already warned about: warn once for each.
 _warned_dirs: set[str] = set()
+
+
+class MemoryMapsWarning(UserWarning):
+    """The process came near Linux's limit of memory mappings, and bartz
+    cleared JAX's compiled programs from memory (see `bartz.compile_cache`)."""
+
+
+class Limits(NamedTuple):
+    """How much compiled code bartz lets a process keep (see `set_limits`)."""
+
+    max_programs: int | None
+    """bartz's compiled programs kept in memory, least recently used dropped
+    beyond; None: no limit."""
+
+    maps_fraction: float | None
+    """The share of ``vm.max_map_count`` above which, at a fit or a
+    prediction, bartz clears JAX's in-memory caches; None: never."""
+
+
+_DEFAULT_LIMITS = Limits(max_programs=32, maps_fraction=0.5)
+_limits = _DEFAULT_LIMITS
+_UNCHANGED = object()
+
+
+def limits() -> Limits:
+    """Return the limits on the compiled programs kept in memory.
+
+    Returns
+    -------
+    The current `Limits`; by default ``Limits(max_programs=32,
+    maps_fraction=0.5)``.
+    """
+    return _limits
+
+
+def set_limits(*, max_programs=_UNCHANGED, maps_fraction=_UNCHANGED) -> Limits:
+    """Bound the compiled programs that a process keeps in memory.
+
+    A long session that fits many models of different settings compiles a
+    program for each; see "Compiled programs in memory" in
+    `bartz.compile_cache`. An argument left out keeps its value.
+
+    Parameters
+    ----------
+    max_programs : int or None
+        The most compiled programs of bartz (MCMC loops, predictions) kept
+        in memory, at least 1; beyond, the least recently used are dropped
+        (at once if more are held now). A fit uses one to three. None: no
+        limit.
+    maps_fraction : float or None
+        In (0, 1]: when a fit or a prediction starts with more memory
+        mappings than this share of Linux's ``vm.max_map_count``, bartz
+        clears JAX's in-memory caches (``jax.clear_caches()``) and its own,
+        with a `MemoryMapsWarning` the first time. None: never (also where
+        the count is unknown: not Linux).
+
+    Returns
+    -------
+    The limits before the call, so that ``set_limits(**old._asdict())``
+    puts them back.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If an argument is not of the kind described above.
+
+    Examples
+    --------
+    >>> from bartz import compile_cache
+    >>> old = compile_cache.set_limits(max_programs=8)
+    >>> compile_cache.limits().max_programs
+    8
+    >>> _ = compile_cache.set_limits(**old._asdict())
+    """
+    global _limits  # noqa: PLW0603
+    old = _limits
+    new = old
+    if max_programs is not _UNCHANGED:
+        if max_programs is not None:
+            msg = f'max_programs must be a positive integer or None, got {max_programs!r}'
+            if isinstance(max_programs, bool) or not isinstance(max_programs, int):
+                raise TypeError(msg)
+            if max_programs < 1:
+                raise ValueError(msg)
+        new = new._replace(max_programs=max_programs)
+    if maps_fraction is not _UNCHANGED:
+        if maps_fraction is not None:
+            if isinstance(maps_fraction, bool) or not isinstance(maps_fraction, int | float):
+                msg = f'maps_fraction must be a number in (0, 1] or None, got {maps_fraction!r}'
+                raise TypeError(msg)
+            if not 0 < maps_fraction <= 1:
+                msg = f'maps_fraction must be in (0, 1] or None, got {maps_fraction!r}'
+                raise ValueError(msg)
+            maps_fraction = float(maps_fraction)
+        new = new._replace(maps_fraction=maps_fraction)
+    _limits = new
+    from bartz import _programs  # noqa: PLC0415, imports this module
+
+    _programs.apply_limits()
+    return old
+
+
+def programs_in_memory() -> int:
+    """Return how many compiled programs bartz holds in memory.
+
+    Returns
+    -------
+    The number of MCMC loops and predictions that bartz keeps compiled in
+    this process, at most ``limits().max_programs``. (With the test suite's
+    switch ``bartz._programs.enabled = False``, JAX's jit holds them
+    instead, and this is 0.)
+    """
+    from bartz import _programs  # noqa: PLC0415, imports this module
+
+    return _programs.programs_in_memory()
 
 
 def cache_dir() -> str | None:
@@ -263,7 +436,8 @@ def _switched_off() -> bool:
 
 
 def _check_writable(path: str) -> str | None:
-    """Create `path` and write a file in it; return why it failed, or `None`.
+    """Create `path`, check that it is trusted and write a file in it;
+    return why it failed, or `None`.
 
     Checked once: a failure later is caught by JAX (jax 0.10.2,
     `jax._src.compiler._cache_write` and `_cache_read`), which warns and goes
@@ -272,8 +446,11 @@ def _check_writable(path: str) -> str | None:
     if '://' in path:
         return None  # a remote filesystem (JAX uses etils.epath): let JAX try
     try:
-        # 0o700: the cache is trusted, see the module docstring.
-        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_private_dirs(path)
+        programs = Path(path) / _PROGRAMS_SUBDIR
+        problem = _untrusted(path) or (programs.exists() and _untrusted(programs))
+        if problem:
+            return problem
         fd, probe = tempfile.mkstemp(dir=path, prefix='.bartz-write-test-')
         try:
             os.write(fd, b'bartz')
@@ -283,6 +460,79 @@ def _check_writable(path: str) -> str | None:
     except OSError as exc:
         return f'{type(exc).__name__}: {exc}'
     return None
+
+
+def _make_private_dirs(path: str | os.PathLike) -> None:
+    """Create `path` and the missing directories above it, each readable
+    and writable by the user alone (``Path.mkdir(parents=True)`` would give
+    those above the default mode, group-writable under a umask of 002,
+    which `_untrusted` then refuses)."""
+    path = Path(os.path.abspath(path))
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:  # made meanwhile by another process
+            pass
+
+
+def _untrusted(path: str | os.PathLike) -> str | None:
+    """Why others could change what is in the directory `path`, or None
+    if only the user (and root) can: the rule in the module docstring.
+
+    Parameters
+    ----------
+    path
+        A directory. If it does not exist yet (bartz creates it as it first
+        writes there, as ``0o700``), only the directories above it are
+        checked.
+
+    Returns
+    -------
+    None where `path` is trusted or permissions cannot be told (Windows),
+    else a sentence that names the directory at fault.
+    """
+    if not hasattr(os, 'getuid'):  # Windows: no POSIX owners and mode bits
+        return None
+    uid = os.getuid()
+    real = Path(os.path.realpath(path))
+    advice = 'it must be owned by you and writable by you alone, as the cache runs the code it holds'
+    try:
+        if real.exists():
+            info = real.stat()
+            if not stat.S_ISDIR(info.st_mode):
+                return f'{os.fspath(real)!r} is not a directory'
+            if info.st_uid != uid:
+                return f'{os.fspath(real)!r} belongs to another user (uid {info.st_uid}, yours is {uid}): {advice}'
+            if info.st_mode & 0o022:
+                return (
+                    f'{os.fspath(real)!r} can be written by {_writers(info.st_mode)} '
+                    f'(mode {oct(info.st_mode & 0o7777)}): {advice} (chmod go-w {os.fspath(real)!r})'
+                )
+        for parent in real.parents:
+            if not parent.exists():
+                continue
+            info = parent.stat()
+            if info.st_uid not in (uid, 0):
+                return (
+                    f'{os.fspath(parent)!r}, above it, belongs to another user (uid {info.st_uid}), '
+                    f'who could replace it: {advice}'
+                )
+            if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+                return (
+                    f'{os.fspath(parent)!r}, above it, can be written by {_writers(info.st_mode)} '
+                    f'(mode {oct(info.st_mode & 0o7777)}, no sticky bit), who could replace it: {advice}'
+                )
+    except OSError as exc:
+        return f'{type(exc).__name__}: {exc}'
+    return None
+
+
+def _writers(mode: int) -> str:
+    return ' and '.join(who for who, bit in (('its group', 0o020), ('all users', 0o002)) if mode & bit)
 
 
 def _warn_once(path: str, problem: str) -> None:

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from bartz import buckets, grove, prepcovars, priors, sharding
+from bartz import _programs, buckets, grove, prepcovars, priors, sharding
 from bartz import encoding as encoding_mod
 from bartz import predict as predict_mod
 from bartz._checks import _check_bool, _check_int, _make_key
@@ -185,6 +185,7 @@ class BARTFit:
         if w_new is not None and not options['predictive']:
             msg = 'w_new is used only with predictive=True'
             raise ValueError(msg)
+        _programs.watch_maps()  # before anything compiles (see gbart)
         model, binning = predict_mod.from_fit(self)
         x_new = encoding_mod.row_as_frame(x_new, binning.encoding)  # (a row of a DataFrame)
         w_new = predict_mod.check_w_new(w_new, predict_mod.num_rows(x_new)) if w_new is not None else None

@@ -281,7 +281,17 @@ def test_exported():
     import bartz  # noqa: PLC0415
 
     assert 'compile_cache' in bartz.__all__
-    assert sorted(compile_cache.__all__) == ['cache_dir', 'disable', 'enable']
+    assert sorted(compile_cache.__all__) == [
+        'Limits',
+        'MemoryMapsWarning',
+        'cache_dir',
+        'disable',
+        'enable',
+        'limits',
+        'programs_in_memory',
+        'set_limits',
+    ]
+    assert all(hasattr(compile_cache, name) for name in compile_cache.__all__)
 
 
 def test_enable_rejects_a_path_that_is_not_a_path():
@@ -423,8 +433,8 @@ def test_programs_cleared_by_jax_clear_caches(programs_in):
 def test_x_test_predictions_compiled_ahead(programs_in, monkeypatch):
     """gbart compiles its predictions at ``x_test`` on a thread of its own
     while the sampler runs, under the key of the call after the run (which
-    then compiles nothing): one program per link and device, the same
-    predictions. (Not on a mesh: with this session's 4 CPU devices,
+    then compiles nothing): one program per device (the draws of f before
+    any link: wbart and pbart share it), the same predictions. (Not on a mesh: with this session's 4 CPU devices,
     ``mc_cores=2`` would run on one, and predict with the sharded
     evaluator.)"""
     import threading  # noqa: PLC0415
@@ -449,11 +459,11 @@ def test_x_test_predictions_compiled_ahead(programs_in, monkeypatch):
     binary = gbart(x, (y > 0).astype(float), type='pbart', seed=3, **kwargs)
     with jax.default_device(jax.devices()[-1]):  # compiled for the device the arrays go to
         elsewhere = gbart(x, y, seed=1, **kwargs)
-    # the sampler on the main thread, the predictions on the other (the
-    # affine link of wbart, probit's none, the other device)
-    assert sorted(compiled) == ['MainThread'] * 3 + ['bartz-compile-x_test'] * 3
+    # the sampler on the main thread, the predictions on the other (wbart's,
+    # which probit reuses, and the other device's)
+    assert sorted(compiled) == ['MainThread'] * 3 + ['bartz-compile-x_test'] * 2
     names = sorted(path.name.split('-')[0] for path in programs_in.glob('*.bartz-program'))
-    assert names == ['evaluate_trace'] * 3 + ['mcmc_chunk'] * 3
+    assert names == ['evaluate_trace'] * 2 + ['mcmc_chunk'] * 3
     for fit in fits:
         assert fit.yhat_test.shape == (20, 9)
         np.testing.assert_allclose(fit.yhat_test, fit.predict(x[:9]), rtol=1e-5, atol=1e-6)
@@ -775,3 +785,162 @@ def test_quick_first_process_stores_the_full_program_before_it_ends(tmp_path):
     second = run_python(QUICK_PROCESS_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache), BARTZ_QUICK_COMPILE='1')
     assert second['traced'] == []
     assert second['draws'] == first['draws']
+
+
+# --- what the cache trusts (the module docstring's rule) ---
+
+
+def _directory(path, mode):
+    """`path` created with `mode` (set after creation: mkdir's is masked by the umask)."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(mode)
+    return path
+
+
+def test_cache_dir_that_others_can_write_is_refused_at_import(tmp_path):
+    """``BARTZ_CACHE_DIR`` writable by all users: a warning that names it and
+    says why, and the cache stays off (JAX's too: bartz sets nothing), as
+    for a directory that cannot be written. Nothing is written there."""
+    open_dir = _directory(tmp_path / 'open', 0o777)
+    code = """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        import bartz
+    jax.jit(lambda x: x + 1)(1.0).block_until_ready()
+    print(json.dumps({'dir': bartz.compile_cache.cache_dir(), 'jax_dir': jax.config.jax_compilation_cache_dir,
+                      'thresholds': thresholds(), 'warnings': [str(w.message) for w in caught]}))
+    """
+    out = run_python(code, tmp_path, BARTZ_CACHE_DIR=str(open_dir))
+    assert out['dir'] is None
+    assert out['jax_dir'] is None
+    assert out['thresholds'] == [1, 0]
+    (message,) = [m for m in out['warnings'] if 'compilation cache' in m]
+    assert str(open_dir) in message
+    assert 'can be written by its group and all users (mode 0o777)' in message
+    assert 'owned by you and writable by you alone' in message
+    assert list(open_dir.iterdir()) == []
+
+
+def test_private_cache_dir_is_used(tmp_path):
+    """A directory of the user's with mode 0o700 (or 0o755: others may read)
+    is used, also inside a directory that all users can write but with the
+    sticky bit (as ``/tmp``); owned by the user: ``os.getuid()``."""
+    private = _directory(tmp_path / 'private', 0o700)
+    sticky = _directory(tmp_path / 'sticky', 0o1777)
+    readable = _directory(sticky / 'readable', 0o755)
+    assert private.stat().st_uid == os.getuid()
+    code = f"""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        import bartz
+        out = {{'dir': bartz.compile_cache.cache_dir()}}
+        out['readable'] = bartz.compile_cache.enable({str(readable)!r})
+    out['warnings'] = [str(w.message) for w in caught]
+    print(json.dumps(out))
+    """
+    out = run_python(code, tmp_path, BARTZ_CACHE_DIR=str(private))
+    assert out == {'dir': str(private), 'readable': str(readable), 'warnings': []}
+
+
+@pytest.mark.parametrize(
+    ('layout', 'fault'),
+    [
+        ({'cache': 0o777}, "'cache' can be written by its group and all users (mode 0o777)"),
+        ({'cache': 0o770}, "'cache' can be written by its group (mode 0o770)"),
+        ({'cache': 0o722}, "'cache' can be written by its group and all users (mode 0o722)"),
+        ({'cache': 0o700, 'cache/bartz-programs': 0o757}, "'bartz-programs' can be written by all users"),
+        ({'shared': 0o777, 'shared/cache': 0o700}, "'shared', above it, can be written by its group and all users"),
+        ({'shared': 0o1777, 'shared/cache': 0o777}, "'cache' can be written by its group and all users"),
+    ],
+    ids=['world', 'group', 'write-only', 'programs-folder', 'parent', 'sticky-parent-open-dir'],
+)
+def test_enable_refuses_what_others_can_write(tmp_path, layout, fault):
+    """`enable` refuses, with a warning naming the directory at fault, a
+    cache directory (or its ``bartz-programs`` folder) that group or others
+    can write, or one inside a directory they can write without the sticky
+    bit; the configuration stays as it was. (The test runs as root, who
+    owns everything: the owner's half of the rule, ``os.getuid()``, holds
+    for all of these.)"""
+    for name, mode in layout.items():
+        _directory(tmp_path / name, mode)
+    cache = tmp_path / ('shared/cache' if 'shared' in layout else 'cache')
+    before = compile_cache.cache_dir()
+    with pytest.warns(UserWarning, match='cannot use') as record:
+        assert compile_cache.enable(cache) == before
+    assert compile_cache.cache_dir() == before
+    (message,) = [str(w.message) for w in record]
+    assert fault.replace("'", '') in message.replace("'", '').replace(str(tmp_path) + '/', '')
+    assert not any(p.name.startswith('.bartz-write-test-') for p in cache.iterdir())
+
+
+def test_untrusted_rule_on_ownership(tmp_path):
+    """The owner's half of the rule: a directory must belong to the user,
+    and those above it to the user or root. Checked against the real
+    owner of `tmp_path`, so that it holds whoever runs the tests (as
+    root, root owns everything)."""
+    path = _directory(tmp_path / 'mine', 0o700)
+    assert compile_cache._untrusted(path) is None
+    assert path.stat().st_uid == os.getuid()
+    if os.getuid() != 0:  # a directory of root's (the filesystem's root) is not the user's
+        assert 'belongs to another user' in compile_cache._untrusted('/')
+
+
+PLANT_CODE = """
+import numpy as np
+import bartz
+from bartz import mcmcstep
+traced = []
+original = mcmcstep.step
+def step(*args, **kwargs):
+    traced.append('step')
+    return original(*args, **kwargs)
+mcmcstep.step = step
+rng = np.random.default_rng(0)
+x = rng.uniform(size=(30, 2))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    fit = bartz.gbart(x, x[:, 0], ntree=1, maxdepth=2, moves=('grow', 'prune'), nskip=5, ndpost=5, printevery=None)
+print(json.dumps({'traced': traced != [], 'dir': bartz.compile_cache.cache_dir(),
+                  'warnings': [str(w.message) for w in caught if 'compilation cache' in str(w.message)]}))
+"""
+
+
+def test_programs_folder_others_can_write_is_not_read(tmp_path):
+    """In a JAX cache that the user configured (bartz changes nothing there),
+    bartz neither loads nor writes its whole programs in a ``bartz-programs``
+    folder that others can write: a file planted there, which would run
+    code when loaded, is left unread, with a warning. Put back to 0o700, the
+    same planted file is loaded and its code runs (the reason for the rule)."""
+    import pickle  # noqa: PLC0415
+    import zlib  # noqa: PLC0415
+
+    cache = _directory(tmp_path / 'jax-cache', 0o700)
+    first = run_python(PLANT_CODE, tmp_path, JAX_COMPILATION_CACHE_DIR=str(cache))
+    assert first['dir'] == str(cache)
+    assert first['traced']
+    assert first['warnings'] == []
+    folder = cache / 'bartz-programs'
+    (stored,) = folder.glob('mcmc_chunk-*.bartz-program')
+
+    marker = tmp_path / 'planted-code-ran'
+
+    class Planted:
+        def __reduce__(self):
+            return (open, (str(marker), 'w'))
+
+    stored.write_bytes(zlib.compress(pickle.dumps(Planted())))
+    folder.chmod(0o777)
+    second = run_python(PLANT_CODE, tmp_path, JAX_COMPILATION_CACHE_DIR=str(cache))
+    assert not marker.exists()
+    assert second['traced']  # compiled in memory instead
+    assert second['dir'] == str(cache)  # JAX's own cache: the user's to choose
+    (message,) = second['warnings']
+    assert str(folder) in message
+    assert 'can be written by its group and all users (mode 0o777)' in message
+    assert sorted(folder.iterdir()) == [stored]  # nothing written there either
+
+    folder.chmod(0o700)
+    third = run_python(PLANT_CODE, tmp_path, JAX_COMPILATION_CACHE_DIR=str(cache))
+    assert marker.exists()  # the planted file was loaded: this is what the rule prevents
+    assert third['traced']  # (it was no program: deleted, and the loop compiled)
+    assert third['warnings'] == []
