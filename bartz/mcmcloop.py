@@ -66,8 +66,11 @@ class RunInfo(NamedTuple):
     change_accepted: int = 0
     swap_proposed: int = 0
     swap_accepted: int = 0
-
-
+    # where the last Ctrl-C stopped the fit: 'sampling' (`run_mcmc`), or a
+    # stage of `bartz.fit.package` or the convergence check (`bartz.fit.STAGES`);
+    # None if not interrupted
+    interrupted_in: str | None = None
+    missing: tuple = ()  # attributes of the fit left None by that Ctrl-C (`bartz.fit.package`)
 
 
 def _extract(state: mcmcstep.State, save_train: bool) -> Trace:
@@ -594,9 +597,18 @@ class _SplitChains:
         """The chains' states stacked as a vmapped state (on the host, then the device)."""
         return mcmcstep.stack_chains(self.own, self.shared, self.device)
 
-    def close(self):
-        if self.pool is not None:
+    def close(self) -> bool:
+        """Shut the threads down once their calls end; a Ctrl-C while
+        waiting for them stops the wait (the calls end in the background,
+        and the chains' states are then lost). Returns whether it did."""
+        if self.pool is None:
+            return False
+        try:
             self.pool.shutdown()
+        except KeyboardInterrupt:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            return True
+        return False
 
 
 # calls of the chunk dispatched ahead of the one whose outputs `run_mcmc`
@@ -700,8 +712,14 @@ def run_mcmc(
     accumulate over long runs.
 
     Ctrl-C between chunks stops the run cleanly: the draws collected so far
-    are returned with ``info.interrupted`` set, and a message says so. If no
-    draw was collected yet, `KeyboardInterrupt` is raised again.
+    (over all chains) are returned with ``info.interrupted`` set and
+    ``info.interrupted_in`` ``'sampling'``, and a message on stderr says
+    how many. If no draw was collected yet, the message says so and
+    `KeyboardInterrupt` is raised again. A Ctrl-C after the last chunk,
+    while the draws are put together, returns them all (marked the same
+    way). With the chains on threads, the returned state is None when a
+    Ctrl-C came inside a call (which had taken a chain's state), or a
+    second one stopped the wait for the calls in flight.
 
     Each call of the compiled chunk is dispatched before the outputs of the
     one before it are read (one chain, or chains vmapped: `_CALLS_AHEAD`),
@@ -840,34 +858,48 @@ def run_mcmc(
     except KeyboardInterrupt:
         interrupted = True
         progress.close()
-        if not traces:
-            print('bartz: interrupted during burn-in; no draws to return.', file=sys.stderr)
+        kept = _num_draws(traces, split, num_chains)
+        if not kept:
+            print(
+                f'bartz: interrupted by Ctrl-C after {done_iters} of {total} iterations, before any draw '
+                'was kept; nothing to return.',
+                file=sys.stderr,
+            )
             raise
         print(
             f'bartz: interrupted by Ctrl-C after {done_iters} of {total} iterations; '
-            f'returning the {draws_before(done_iters)} draws collected so far.',
+            f'returning the {kept} draws collected so far.',
             file=sys.stderr,
         )
     finally:
-        if split is not None:
-            split.close()
+        # (a Ctrl-C after the loop: `late`; the draws are all in `traces`)
+        late = split is not None and split.close()
     progress.close()
     elapsed = time.perf_counter() - start_time
-    if split is not None:
+    if split is not None and late:
+        state = None
+    elif split is not None:
         try:
             state = split.state()
-        except RuntimeError:  # interrupted inside a call that had taken (donated) a chain's state
+        # interrupted inside a call that had taken (donated) a chain's state,
+        # or Ctrl-C while the states are stacked: the draws matter more
+        except RuntimeError:
             state = None
-    if traces:
-        trace = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1 if split is not None else 0), *traces)
-    else:
-        shapes = jax.eval_shape(lambda s: _extract(s, save_train), state)
-        trace = jax.tree.map(lambda s: np.zeros((0, *s.shape), s.dtype), shapes)
-        trace = trace._replace(varcount=_var_count(trace.var_tree, trace.split_tree, num_vars))
-        if split is not None:
-            trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
-    if num_chains is not None and chain_major != (split is not None):  # the layout asked
-        trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
+        except KeyboardInterrupt:
+            state, late = None, True
+    collect = functools.partial(_collect, traces, split, state, save_train, num_vars, num_chains, chain_major)
+    try:
+        trace = collect()
+    except KeyboardInterrupt:
+        late = True
+        trace = collect()
+    if late and not interrupted:
+        print(
+            f'bartz: interrupted by Ctrl-C after the last iteration; returning all '
+            f'{_num_draws(traces, split, num_chains)} draws.',
+            file=sys.stderr,
+        )
+    interrupted |= late
     compile_time = 0.0
     if first_chunk_time is not None and done_iters > first_chunk_time[1]:
         rate = (elapsed - first_chunk_time[0]) / (done_iters - first_chunk_time[1])
@@ -881,12 +913,35 @@ def run_mcmc(
         elapsed=elapsed,
         compile_time=compile_time,
         interrupted=interrupted,
+        interrupted_in='sampling' if interrupted else None,
         change_proposed=int(totals[4]),
         change_accepted=int(totals[5]),
         swap_proposed=int(totals[6]),
         swap_accepted=int(totals[7]),
     )
     return state, trace, run_info
+
+
+def _num_draws(traces: list, split, num_chains: int | None) -> int:
+    """The draws in the chunks' `traces`, over all chains (a fit's ``ndpost``)."""
+    axis = 1 if split is not None else 0  # (the chains on threads have the chain axis first)
+    return sum(int(t.leaf_tree.shape[axis]) for t in traces) * (num_chains or 1)
+
+
+def _collect(traces: list, split, state, save_train: bool, num_vars: int, num_chains, chain_major: bool) -> Trace:
+    """The `Trace` of `run_mcmc` from the draws of its chunks, `traces`
+    (empty: a trace of no draws, of the shapes of `state`)."""
+    if traces:
+        trace = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1 if split is not None else 0), *traces)
+    else:
+        shapes = jax.eval_shape(lambda s: _extract(s, save_train), state)
+        trace = jax.tree.map(lambda s: np.zeros((0, *s.shape), s.dtype), shapes)
+        trace = trace._replace(varcount=_var_count(trace.var_tree, trace.split_tree, num_vars))
+        if split is not None:
+            trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
+    if num_chains is not None and chain_major != (split is not None):  # the layout asked
+        trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
+    return trace
 
 
 class _Progress:
