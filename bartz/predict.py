@@ -50,6 +50,7 @@ __all__ = [
     'predict_rows',
     'quantile_plan',
     'summarize_draws',
+    'to_data_units',
 ]
 
 KINDS = ('draws', 'mean', 'sd', 'quantiles')
@@ -544,8 +545,8 @@ def predict_rows(
 
     Returns
     -------
-    float32 numpy array: ``(ndraws, n)`` for ``'draws'``, ``(len(q), n)``
-    for ``'quantiles'``, ``(n,)`` otherwise.
+    numpy array: ``(ndraws, n)`` float32 for ``'draws'``; float64
+    ``(len(q), n)`` for ``'quantiles'``, ``(n,)`` otherwise.
     """
     x = encoding_mod.row_as_frame(x, binning.encoding)  # (a row of a DataFrame)
     trace = model.trace
@@ -555,13 +556,24 @@ def predict_rows(
         trace = _compressed(trace)
     static = _Static(kind, q, model.link, ndraws, compressed, bool(predictive), int(max_memory))
     link_params = tuple(np.float32(v) for v in model.link_params)
-    sigma = None if not predictive else jnp.asarray(np.asarray(model.sigma, np.float32))
+    sigma = None if not predictive else np.asarray(model.sigma, np.float64)
+    to_data = None
+    if model.link == 'affine':
+        # the device stays in the trees' standardised units (the same program:
+        # the parameters are arguments); the host maps the results back, where
+        # offset and scale near float32's limits neither underflow nor overflow
+        offset, scale = (float(v) for v in model.link_params)
+        to_data = functools.partial(to_data_units, offset=0.0 if kind == 'sd' else offset, scale=scale)
+        link_params = (np.float32(0), np.float32(1))
+        sigma = None if sigma is None else sigma / scale
+    sigma = None if sigma is None else jnp.asarray(sigma.astype(np.float32))
     mesh = model.mesh if model.mesh is not None and model.mesh.devices.size > 1 else None
     ndev = 1 if mesh is None else mesh.devices.size
 
     n = num_rows(x)
     out_rows = {'draws': ndraws, 'quantiles': len(q or ())}.get(kind)
-    out = np.empty((n,) if out_rows is None else (out_rows, n), np.float32)
+    # summaries over the draws in float64 (the draws stay float32: ndraws times n values)
+    out = np.empty((n,) if out_rows is None else (out_rows, n), np.float32 if kind == 'draws' else np.float64)
     chunk_rows = rows_per_chunk(binning.encoding.num_model, _out_bytes_per_row(kind, q, ndraws), host_bytes)
 
     pending = None  # the previous chunk's result, fetched after the next chunk is binned
@@ -594,15 +606,35 @@ def predict_rows(
         args = (put(X), put_points(rows_idx), put_points(w), trace, link_params, sigma, key)
         result = _single_runner(static)(*args) if mesh is None else _sharded_runner(mesh, static)(*args)
         if pending is not None:
-            _store(out, *pending)
+            _store(out, *pending, to_data)
         pending = (result, start, r)
     if pending is not None:
-        _store(out, *pending)
+        _store(out, *pending, to_data)
     return out
 
 
-def _store(out, result, start, r):
-    out[..., start : start + r] = sharding.to_host(result)[..., :r]
+def _store(out, result, start, r, to_data=None):
+    part = out[..., start : start + r]
+    part[...] = sharding.to_host(result)[..., :r]
+    if to_data is not None:
+        to_data(part)
+
+
+def to_data_units(f: np.ndarray, offset: float, scale: float | None = None) -> np.ndarray:
+    """``offset + scale * f`` (``offset + f`` without `scale`) in place in
+    the host array `f`, in the arithmetic of its dtype; returns `f`.
+
+    The trees work in standardised units; predictions come back to the
+    data's units on the host, not on the device, where float32 offsets and
+    scales below about 1e-38 may be flushed to zero, and where summaries
+    could not be float64. Every result of a fit in the data's units goes
+    through this function (`bartz.fit.package` too), so that the draws of
+    ``yhat_test`` and of `bartz.BARTFit.predict` are the same bit for bit.
+    """
+    if scale is not None:
+        np.multiply(f, scale, out=f)
+    np.add(f, offset, out=f)
+    return f
 
 
 def predict_chunks(chunks: Iterable, model: Model, binning: Binning, **kwargs) -> Iterator[np.ndarray]:

@@ -191,7 +191,7 @@ def test_memmap_host_memory_bounded(fit, tmp_path):
         tracemalloc.stop()
     float64_copy = n * P * 8
     assert peak < 4 * host_bytes + out.nbytes
-    assert peak < float64_copy / 3
+    assert peak - out.nbytes < float64_copy / 3  # (the output: float64 means)
     assert_allclose(out[:1000], fit.predict(np.asarray(mm[:1000]), kind='mean'), rtol=1e-6, atol=1e-6)
 
 
