@@ -341,7 +341,8 @@ def gbart(
         on_start = functools.partial(_compile_test_predictions, X_test, settings, outcome, prior)
     X, trace, burn_sigma2, info = _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group, on_start)
 
-    # 5. package, and warn if the chains do not look converged
+    # 5. package, and warn if the chains do not look converged; after the
+    # sampling, a Ctrl-C returns the fit with what is done (`bartz.fit.package`)
     fit = package(
         outcome=outcome,
         settings=settings,
