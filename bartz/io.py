@@ -18,6 +18,9 @@ A fit is one ``.npz`` file (a zip archive of ``.npy`` arrays, written by
     labels are the encoded column names);
   - ``unset``: the attributes that do not apply to this fit (e.g.
     ``sigma`` of a probit fit);
+  - ``missing``: the attributes that a Ctrl-C left None
+    (``run_info.missing``, see `bartz.fit.STAGES`); absent or empty for a
+    fit that was not cut short;
   - ``encoding``: the column encoding, `bartz.encoding.Encoding.to_dict`.
 
 - one array per array attribute (``yhat_train``, ``sigma``, ``varcount``,
@@ -171,6 +174,7 @@ def save(fit: BARTFit, path) -> None:
         'arrays': sorted(arrays),
         'frames': frames,
         'unset': unset,
+        'missing': list(fit.run_info.missing) if fit.run_info is not None else [],
         'encoding': fit._encoding.to_dict(),
     }
     blob = np.frombuffer(json.dumps(header).encode(), np.uint8)
@@ -451,7 +455,11 @@ def _read_header(blob, where) -> dict:
         if not isinstance(header.get(key), kind):
             msg = f'{where}: the file is truncated or corrupt: its header lacks {key!r}'
             raise _NotOurs(msg)
-    for key in ('arrays', 'unset'):
+    header.setdefault('missing', [])  # files of fits that no Ctrl-C cut short have none
+    if not isinstance(header['missing'], list):
+        msg = f'{where}: the file is corrupt: header.missing must be a list of names, got {header["missing"]!r}'
+        raise _NotOurs(msg)
+    for key in ('arrays', 'unset', 'missing'):
         if not all(isinstance(a, str) for a in header[key]):
             msg = f'{where}: the file is corrupt: header.{key} must be a list of names, got {header[key]!r}'
             raise _NotOurs(msg)
@@ -522,7 +530,14 @@ def _check_contents(header: dict, arrays: dict) -> encoding.Encoding:
     """Check the file's fields against each other; return its encoding."""
     scalars = header['scalars']
     _check_names(header, arrays)
+    missing = set(header['missing'])  # left None by a Ctrl-C (`bartz.fit.STAGES`)
+    unknown = sorted(missing - set(BARTFit.__slots__))
+    if unknown:
+        msg = f'header.missing names unknown attributes {unknown}'
+        raise _Invalid(msg)
     for name, (rule, required) in _SCALAR_RULES.items():
+        if name in missing and scalars.get(name, 0) is None:
+            continue
         if name in scalars:
             _check_scalar(name, scalars[name], rule)
         elif required:
@@ -549,7 +564,7 @@ def _check_contents(header: dict, arrays: dict) -> encoding.Encoding:
         elif name in scalars and scalars[name] is not None:
             msg = f'{name} must be an array, got {scalars[name]!r}'
             raise _Invalid(msg)
-        elif name in scalars and not rule[3]:
+        elif name in scalars and not rule[3] and name not in missing:
             msg = f'{name} must be an array, got None'
             raise _Invalid(msg)
     given = [name for name in _TEST_ARRAYS if name in arrays]
@@ -557,7 +572,7 @@ def _check_contents(header: dict, arrays: dict) -> encoding.Encoding:
     if given and none:
         msg = f'{none[0]} is None (no x_test) but {given[0]} is an array'
         raise _Invalid(msg)
-    if not priors.OUTCOME_TYPES[scalars['type']].binary and 'sigma_' not in arrays:
+    if not priors.OUTCOME_TYPES[scalars['type']].binary and 'sigma_' not in arrays and 'sigma_' not in missing:
         msg = f"sigma_ is missing: a fit of type {scalars['type']!r} needs its draws of sigma to predict"
         raise _Invalid(msg)
     if 'numcut' in arrays and not np.array_equal(arrays['numcut'], max_split):

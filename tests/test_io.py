@@ -17,6 +17,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import bartz
+from bartz import fit as fit_mod
 from bartz import gbart, io
 
 SMALL = {'ntree': 20, 'ndpost': 50, 'nskip': 20, 'printevery': None}
@@ -519,3 +520,34 @@ def test_fifo_is_refused_without_hanging(tmp_path):
 def test_device_is_refused():
     with pytest.raises(ValueError, match=r"'/dev/null'\): the path is a character device, not a regular file"):
         bartz.load('/dev/null')
+
+
+@pytest.mark.parametrize('stage', ['_set_variable_use', 'x_test'])
+def test_interrupted_fit_saves_and_loads(monkeypatch, tmp_path, stage, capsys):
+    """A fit that a Ctrl-C cut short (its later attributes None, listed in
+    ``run_info.missing``) is saved and loaded with them None, and predicts
+    as the original."""
+    df, y = _data()
+    if stage == 'x_test':
+        evaluate = fit_mod.BARTFit._evaluate
+
+        def interrupt_x_test(self, X, m, *args, **kwargs):
+            if m == 30:
+                raise KeyboardInterrupt
+            return evaluate(self, X, m, *args, **kwargs)
+
+        monkeypatch.setattr(fit_mod.BARTFit, '_evaluate', interrupt_x_test)
+    else:
+
+        def interrupt(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(fit_mod, stage, interrupt)
+    cut = gbart(df, y, x_test=df.iloc[:30], seed=0, **SMALL)
+    monkeypatch.undo()
+    assert cut.run_info.missing
+    cut.save(tmp_path / 'cut.npz')
+    loaded = bartz.load(tmp_path / 'cut.npz')
+    for name in cut.run_info.missing:
+        assert getattr(loaded, name) is None, name
+    assert_array_equal(loaded.predict(df.iloc[:30]), cut.predict(df.iloc[:30]))
