@@ -11,7 +11,6 @@ see `package`).
 """
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -23,7 +22,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from bartz import _programs, buckets, grove, prepcovars, priors, sharding
+from bartz import _programs, _warn, buckets, grove, prepcovars, priors, sharding
 from bartz import encoding as encoding_mod
 from bartz import predict as predict_mod
 from bartz._checks import _check_bool, _check_int, _make_key
@@ -461,7 +460,7 @@ def warn_convergence(fit: BARTFit, X=None) -> None:
         sigma, f = fit._convergence_draws(X)  # noqa: SLF001
         message = _nonfinite_message(sigma, f)
         if message:
-            warnings.warn(message, RuntimeWarning, stacklevel=_user_stacklevel())
+            warnings.warn(message, RuntimeWarning, stacklevel=_warn.user_stacklevel())
             return
         problems = diagnostics.convergence_problems(sigma, f)
     except KeyboardInterrupt:
@@ -469,11 +468,11 @@ def warn_convergence(fit: BARTFit, X=None) -> None:
         return
     except Exception as exc:  # noqa: BLE001: a diagnostic must not lose the run
         msg = f'bartz: the convergence check failed ({type(exc).__name__}: {exc}); the fit is returned unchecked'
-        warnings.warn(msg, RuntimeWarning, stacklevel=_user_stacklevel())
+        warnings.warn(msg, RuntimeWarning, stacklevel=_warn.user_stacklevel())
         return
     if problems:
         msg = diagnostics._convergence_message(problems)  # noqa: SLF001
-        warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=_user_stacklevel())
+        warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=_warn.user_stacklevel())
 
 
 def _nonfinite_message(sigma, f) -> str | None:
@@ -492,19 +491,6 @@ def _nonfinite_message(sigma, f) -> str | None:
         'and any conclusion drawn from these draws is at risk. The float32 computations overflowed, in '
         'the sampler or in the draws: rescale y_train, or check the priors (k, tau_num, sigest, lambda_).'
     )
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of a warning raised by the caller of this function
-    that points at the first frame outside bartz (the user's call of `gbart`,
-    `mc_gbart` or an estimator's ``fit``)."""
-    package_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    frame = sys._getframe(1)  # noqa: SLF001
-    level = 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package_dir):
-        frame = frame.f_back
-        level += 1
-    return level
 
 
 STAGES = {
