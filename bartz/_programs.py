@@ -66,7 +66,7 @@ from pathlib import Path
 import jax
 import jaxlib
 
-from bartz import compile_cache
+from bartz import _warn, compile_cache
 
 # Bump to ignore every file written by earlier layouts.
 _FORMAT = 2
@@ -239,7 +239,7 @@ def watch_maps() -> None:
         f'next fits compile their programs again, or load them from the compilation cache. This '
         f'warning is given once; bartz.compile_cache.set_limits(maps_fraction=...) sets the share.',
         compile_cache.MemoryMapsWarning,
-        stacklevel=3,
+        stacklevel=_warn.user_stacklevel(),
     )
 
 
