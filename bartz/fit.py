@@ -686,8 +686,8 @@ def package(
         if settings.save_yhat_train:
             # in place in the run's host copy of the draws where it is one
             # (`gbart`'s; then `yhat_train` is a view of it, without the
-            # padding's columns): new arrays of ndpost x n values come from
-            # fresh pages, slow to touch (benchmarks/README.md)
+            # padding's columns): new arrays of ndpost x n values would come
+            # from fresh pages, slow to touch
             fit_train = trace.fit_train
             in_place = isinstance(fit_train, np.ndarray) and fit_train.flags.writeable
             f = fit_train if in_place else np.array(fit_train)
