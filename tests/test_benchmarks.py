@@ -67,7 +67,8 @@ def test_kernels_attributes_the_loop_to_its_source():
     program's LLVM IR by source file (the proposal's among them), and with
     ``--compile-times`` XLA's compile phases and its emission time per
     kernel by source file."""
-    args = ('benchmarks/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5', '--ir', '--compile-times')
+    args = ('benchmarks/profile/kernels.py', '--n', '200', '--nskip', '1', '--ndpost', '1', '--lines', '5')
+    args += ('--ir', '--compile-times')
     proc = _run_script(*args, drop_env=('XLA_FLAGS',))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -113,7 +114,7 @@ def test_kernels_reads_llvm_times_of_a_log():
     """`kernels.py --compile-times` sums XLA's logged LLVM time per kernel
     module (in s, ms or us; module names as XLA writes them); other lines
     do not count."""
-    kernels_py = _script_module('kernels')
+    kernels_py = _script_module('profile/kernels')
     log = '''I1129 01:36:34.423670   17658 ir_compiler.cc:293] Compiled LLVM module: __compute_module_select_reduce_fusion.5_kernel_module time: 35.5 ms (35488 us) (cumulative: 35.5 ms, max: 35.5 ms, #called: 1)
 I1129 01:36:34.440583   17658 ir_compiler.cc:293] Compiled LLVM module: __compute_module___compute_module_compare_select_fusion time: 645 us (645 us) (cumulative: 36.1 ms, max: 35.5 ms, #called: 2)
 I1129 01:36:34.522946   17657 ir_compiler.cc:293] Compiled LLVM module: __compute_module_select_select_fusion.3_kernel_module time: 1.25 s (1250000 us) (cumulative: 1.29 s, max: 1.25 s, #called: 3)
@@ -132,7 +133,7 @@ def test_kernels_reads_compile_times_of_a_trace(tmp_path):
     events and metadata do not count."""
     import gzip  # noqa: PLC0415
 
-    kernels_py = _script_module('kernels')
+    kernels_py = _script_module('profile/kernels')
     events = [
         {'ph': 'M', 'name': 'process_name', 'pid': 1, 'args': {'name': '/host:CPU'}},
         {'ph': 'X', 'name': 'FusionCompiler::Compile', 'dur': 3000, 'args': {'module': 'add_fusion.2_kernel_module'}},
@@ -158,15 +159,15 @@ def _script_module(name):
     import importlib.util  # noqa: PLC0415
 
     path = os.path.join(REPO, 'benchmarks', f'{name}.py')
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(os.path.basename(name), path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def _device_profile():
-    """`benchmarks/device_profile.py` as a module."""
-    return _script_module('device_profile')
+    """`benchmarks/profile/device_profile.py` as a module."""
+    return _script_module('profile/device_profile')
 
 
 def test_device_profile_reads_device_streams_of_a_perfetto_trace(tmp_path):
@@ -207,7 +208,12 @@ def test_device_profile_reads_device_streams_of_a_perfetto_trace(tmp_path):
 
 @pytest.mark.parametrize(
     ('script', 'option'),
-    [('kernels.py', '--n'), ('device_profile.py', '--ndpost'), ('variants.py', '--n'), ('perf_kernels.py', '--n')],
+    [
+        ('profile/kernels.py', '--n'),
+        ('profile/device_profile.py', '--ndpost'),
+        ('variants.py', '--n'),
+        ('profile/perf_kernels.py', '--n'),
+    ],
 )
 def test_scripts_reject_sizes_below_one(script, option):
     proc = _run_script(f'benchmarks/{script}', option, '0', timeout=120)
@@ -238,7 +244,7 @@ def test_perf_kernels_names_the_sweep_kernels():
     1,000 the scatter of the per-leaf sums is among them, and the
     cumulative shares grow to at most 100%."""
     args = ('--n', '1000', '--nskip', '10', '--ndpost', '10', '--seconds', '1', '--top', '100')
-    proc = _run_script('benchmarks/perf_kernels.py', *args, timeout=300)
+    proc = _run_script('benchmarks/profile/perf_kernels.py', *args, timeout=300)
     if proc.returncode and 'perf failed' in proc.stderr:
         pytest.skip(f'perf cannot sample here: {proc.stderr[-200:]}')
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,16 +1,16 @@
-"""Where the kernels of a compiled `gbart` program come from.
+"""Where the kernels of a compiled `gbart` program come from: a diagnosis tool.
 
 Run from the repository root:
 
-    .venv/bin/python benchmarks/kernels.py
-    .venv/bin/python benchmarks/kernels.py --n 100000 --lines 40
-    .venv/bin/python benchmarks/kernels.py --moves grow,prune --depth 2
-    .venv/bin/python benchmarks/kernels.py --ir --lines 15
-    .venv/bin/python benchmarks/kernels.py --compile-times --lines 15
+    .venv/bin/python benchmarks/profile/kernels.py
+    .venv/bin/python benchmarks/profile/kernels.py --n 100000 --lines 40
+    .venv/bin/python benchmarks/profile/kernels.py --moves grow,prune --depth 2
+    .venv/bin/python benchmarks/profile/kernels.py --ir --lines 15
+    .venv/bin/python benchmarks/profile/kernels.py --compile-times --lines 15
 
 A first fit compiles one program, the MCMC loop, and on CPU its XLA
 compile time grows with its number of kernels (fusions and the other
-thunks of XLA's CPU runtime; see `benchmarks/README.md`), while at small n
+thunks of XLA's CPU runtime; see `benchmarks/LOG.md`), while at small n
 the loop's run time grows with the kernels of its loop bodies. This script
 fits `gbart` once in a fresh process with the compilation caches off
 (``BARTZ_COMPILATION_CACHE=0``) and XLA's dump of the optimised program on
@@ -19,17 +19,17 @@ fits `gbart` once in a fresh process with the compilation caches off
 - the compile times JAX reports (tracing, lowering, XLA);
 - the number of kernels and of LLVM modules XLA compiled for the program
   (its ``*.ir-with-opt.ll`` files): the modules are what its compile
-  time follows (each costs at least 20-30 ms of thread time, a large one
+  time follows (each costs a fixed amount of thread time, a large one
   far more: ``--compile-times``), while the kernels below also
   count the copies, which XLA's CPU runtime runs as memory copies without
-  compiling anything (benchmarks/README.md, "Session of 2026-11-28
+  compiling anything (benchmarks/LOG.md, "Session of 2026-11-28
   (eighth)");
 - per computation of the loop program that runs kernels, its number of
   kernels, of which copies (XLA's copy insertion), and how XLA's CPU
   runtime runs them: ``in-order`` on one thread (at most 8 kernels) or
   ``concurrent`` (dependencies tracked at run time, kernels handed between
   threads: at small n that costs more than the kernels; see
-  benchmarks/README.md, "executors of at most 8 kernels"); a computation is the
+  benchmarks/LOG.md, "executors of at most 8 kernels"); a computation is the
   ``entry``, or a loop ``body`` (or ``condition``), a ``branch`` of a
   conditional or a ``call``, with its nesting depth: in `gbart`'s loop,
   ``body 1`` is the loop over iterations and ``body 2`` the loop over
@@ -43,20 +43,16 @@ fits `gbart` once in a fresh process with the compilation caches off
   its largest kernels: on CPU, LLVM's share of the compile time grows with
   it (deterministic, where a cold compile's time swings with the machine),
   but it is not a measure of compile time: LLVM's full unrolling of short
-  inner loops (``-unroll-threshold=0``) cut the IR by 29% and not the
-  compile time (benchmarks/README.md, "Session of 2026-11-28 (seventh)");
+  inner loops makes the IR large without making the compile slow
+  (benchmarks/LOG.md, "Session of 2026-11-28 (seventh)");
 - with ``--compile-times``, a second fit under JAX's profiler (no dump,
   Python tracer off): the wall time of XLA's compile phases (HLO passes,
   kernel emission, LLVM) and the thread time XLA spent emitting each
   kernel (``FusionCompiler::Compile``, MLIR to LLVM IR) by bartz source
-  file and line, and the costliest kernels: a measured share of the
-  compile, where each kernel costs about 12 ms of emission (median)
-  whatever its size; and from XLA's log (``TF_CPP_VMODULE=ir_compiler=1``)
-  the thread time of LLVM's optimisation and code generation of each
-  kernel module, by source and the costliest: about 7 ms per module plus
-  0.05 ms per line of optimised IR (n = 1,000: the proposal's final
-  log-ratio kernel alone took 0.3 s, a tenth of LLVM's time; benchmarks/README.md,
-  "Session of 2026-11-29").
+  file and line, and the costliest kernels; and from XLA's log
+  (``TF_CPP_VMODULE=ir_compiler=1``) the thread time of LLVM's
+  optimisation and code generation of each kernel module, by source and
+  the costliest (benchmarks/LOG.md, "Session of 2026-11-29").
 
 A kernel is any instruction of a non-fused computation but parameters,
 tuples, their elements, constants and bitcasts (free in XLA's CPU runtime).

@@ -2,12 +2,12 @@
 
 Run from the repository root on a machine with a GPU:
 
-    python3 benchmarks/device_profile.py --n 100000
-    /path/to/peer/bin/python -I benchmarks/device_profile.py --lib bartz --n 100000
+    python3 benchmarks/profile/device_profile.py --n 100000
+    /path/to/peer/bin/python -I benchmarks/profile/device_profile.py --lib bartz --n 100000
 
 The second line profiles bartz 0.13.0 (``--lib bartz``, run by the Python
 of its own environment; ``-I`` keeps this repository off its path, as
-`peers.py` does). The script fits `gbart` once (compiling it), times a
+`benchmarks/peers.py` does). The script fits `gbart` once (compiling it), times a
 second, identical fit, then fits once more under JAX's profiler
 (``jax.profiler.trace``, with its perfetto trace) and prints, from the
 trace's device events:
@@ -23,7 +23,7 @@ the same seed). A kernel's busy time is what the GPU spent in it; a
 stream's span minus its busy time is where the GPU waited (for the host,
 or for the profiler: tracing slows the host, so compare spans of two
 traced runs only). On CPU the trace has no device events: the script says
-so and exits; `benchmarks/kernels.py` attributes CPU kernels instead.
+so and exits; `benchmarks/profile/kernels.py` attributes CPU kernels instead.
 """
 
 import argparse
@@ -36,7 +36,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # peers.py, also under `python -I`
+# benchmarks/peers.py, also under `python -I`
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import peers  # noqa: E402
 
 
@@ -119,7 +120,7 @@ def main(argv=None):
     print(f'{lib}, n = {args.n:,}, {iterations} iterations, on {jax.devices()[0].device_kind}')
     print(f'warm fit {warm:.3f} s ({warm / iterations * 1e3:.2f} ms/iter); traced fit {traced:.3f} s')
     if not events:
-        print('no device events in the trace (a CPU backend?): see benchmarks/kernels.py')
+        print('no device events in the trace (a CPU backend?): see benchmarks/profile/kernels.py')
         return
     print('\n'.join(report(events, iterations, args.top)))
 

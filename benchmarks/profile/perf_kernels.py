@@ -3,14 +3,14 @@ sampling profile: a diagnosis, not a benchmark.
 
 Runs warm fits in a worker process, samples it with Linux ``perf`` and
 names the samples that fall in XLA's compiled code by kernel (the fusion
-names of the dumps of `benchmarks/kernels.py`) with ``gdb``, which sees
+names of the dumps of `benchmarks/profile/kernels.py`) with ``gdb``, which sees
 the symbols XLA registers for code it compiles in the process (the
 worker runs with ``BARTZ_COMPILATION_CACHE=0``: code loaded from the
 persistent cache has no symbols). Prints the share of all samples, over
 all threads, of each kernel and of XLA's runtime, the idle worker
 threads, the OS and the host::
 
-    python benchmarks/perf_kernels.py --n 1000 --seconds 3
+    python benchmarks/profile/perf_kernels.py --n 1000 --seconds 3
 
 Shares of samples are not shares of the wall time: XLA's CPU runtime
 mostly runs the program on one thread at a time, but a kernel that
@@ -59,7 +59,7 @@ def profile(n: int, seconds: float, nskip: int, ndpost: int) -> tuple[collection
     """Samples per kernel or category, and the number of samples."""
     tmp = pathlib.Path(tempfile.mkdtemp())
     ready, stop = tmp / 'ready', tmp / 'stop'
-    bench = str(pathlib.Path(__file__).parent)
+    bench = str(pathlib.Path(__file__).resolve().parent.parent)  # benchmarks/, for peers.py
     code = WORKER.format(bench=bench, n=n, nskip=nskip, ndpost=ndpost, ready=str(ready), stop=str(stop))
     env = {**os.environ, 'BARTZ_COMPILATION_CACHE': '0'}
     worker = subprocess.Popen([sys.executable, '-c', code], env=env)

@@ -1,10 +1,14 @@
 """`gbart` with several chains on one CPU device: chains on threads against one vmapped program.
 
+A settled experiment (threads are the default on one CPU device; the figures
+are in `benchmarks/LOG.md`), kept for reference: it reaches into the private
+modules of bartz of its time and is not kept working as they move.
+
 Run from the repository root:
 
-    .venv/bin/python benchmarks/gbart_chains.py                    # n = 1,000, 2,000, 10,000; 2 and 4 chains
-    .venv/bin/python benchmarks/gbart_chains.py --sizes 2000 --chains 4 --markdown
-    .venv/bin/python benchmarks/gbart_chains.py --quick            # smoke test
+    .venv/bin/python benchmarks/experiments/gbart_chains.py                    # n = 1,000, 2,000, 10,000; 2 and 4 chains
+    .venv/bin/python benchmarks/experiments/gbart_chains.py --sizes 2000 --chains 4 --markdown
+    .venv/bin/python benchmarks/experiments/gbart_chains.py --quick            # smoke test
 
 On one CPU device `gbart(..., mc_cores=k)` runs each chain as its own calls
 of the one-chain program, on a pool of up to as many threads as cores
@@ -27,7 +31,7 @@ import sys
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/peers.py
 import peers  # noqa: E402
 
 import bartz  # noqa: E402
