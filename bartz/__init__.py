@@ -1,41 +1,59 @@
 """bartz: Bayesian Additive Regression Trees in JAX.
 
-The user layer is `gbart`, which mirrors R's ``BART::gbart``. The layers
-below it are usable on their own: `bartz.mcmcstep` (sampler state and one
-Gibbs sweep), `bartz.mcmcloop` (the chain), `bartz.grove` (tree arrays),
-`bartz.prepcovars` (cut-points), `bartz.jaxext` (autobatch) and
-`bartz.diagnostics` (R-hat, ESS, Geweke). The front end itself is split by
-concept: `bartz.encoding` (columns, categories, missing values),
-`bartz.priors` (outcome types and R's priors), `bartz.fit` (the result
-object) and `bartz.io` (`load`, and `BARTFit.save`). `bartz.compile_cache` keeps
-compiled programs on disk for the next process; importing bartz switches it
-on unless ``BARTZ_COMPILATION_CACHE=0`` or JAX's cache is configured already.
+The user layer is `gbart`, which mirrors R's ``BART::gbart``. The package is
+layered, each folder importing only those above it in this list:
+
+- `bartz.jaxext`: `autobatch`, memory-bounded batching of jittable functions;
+- `bartz._compile`: the persistent compilation cache and stored programs
+  (public as `bartz.compile_cache`);
+- `bartz.kernels`: the data-axis kernels and the plan that chooses them;
+- `bartz.forest`: trees as heap arrays, traversal and evaluation
+  (`bartz.grove`);
+- `bartz.sampler`: the Markov chain (`bartz.mcmcstep`: state, one Gibbs
+  sweep; the moves; Polya-Gamma draws);
+- `bartz.run`: the MCMC loop, chains and sharding (`bartz.mcmcloop`,
+  `bartz.sharding`), warm starts;
+- `bartz.prep`: host-side argument checks, column encoding
+  (`bartz.encoding`), cut-points (`bartz.prepcovars`), R's priors
+  (`bartz.priors`), the size ladder (`bartz.buckets`);
+- `bartz.api`: `gbart`, the result object `BARTFit`, save and load
+  (`bartz.io`), the estimators, partial dependence;
+- `bartz.diagnostics` (R-hat, ESS, Geweke), `bartz.plot`, `bartz.demo`.
+
+The names in parentheses are the module paths of earlier releases, kept as
+aliases of the modules they name. `bartz.compile_cache` keeps compiled
+programs on disk for the next process; importing bartz switches it on unless
+``BARTZ_COMPILATION_CACHE=0`` or JAX's cache is configured already.
 """
 
+import sys
+
 # First, so that nothing is compiled before the cache is set up.
-from bartz import compile_cache
+from bartz._compile import cache as compile_cache
 
 compile_cache._setup_default()  # noqa: SLF001
 
-from bartz import (  # noqa: E402
-    buckets,
-    diagnostics,
-    encoding,
-    grove,
-    io,
-    jaxext,
-    mcmcloop,
-    mcmcstep,
-    prepcovars,
-    priors,
-    sharding,
-)
-from bartz.BART import BARTFit, gbart, mc_gbart  # noqa: E402
-from bartz.io import load  # noqa: E402
+from bartz import diagnostics, jaxext  # noqa: E402
+from bartz.api import estimators, io, partial  # noqa: E402
+from bartz.api.estimators import BARTClassifier, BARTRegressor  # noqa: E402
+from bartz.api.gbart import BARTFit, gbart, mc_gbart  # noqa: E402
+from bartz.api.io import load  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
-from bartz.encoding import PositionalColumnsWarning  # noqa: E402
-from bartz import estimators, partial, polyagamma  # noqa: E402
-from bartz.estimators import BARTClassifier, BARTRegressor  # noqa: E402
+from bartz.forest import grove  # noqa: E402
+from bartz.prep import cutpoints as prepcovars  # noqa: E402
+from bartz.prep import encoding, priors  # noqa: E402
+from bartz.prep import sizes as buckets  # noqa: E402
+from bartz.prep.encoding import PositionalColumnsWarning  # noqa: E402
+from bartz.run import loop as mcmcloop  # noqa: E402
+from bartz.run import sharding  # noqa: E402
+from bartz.sampler import polyagamma  # noqa: E402
+from bartz.sampler import step as mcmcstep  # noqa: E402
+
+# `import bartz.mcmcstep` and the like find the modules under their old paths
+for _name in ('buckets', 'compile_cache', 'encoding', 'estimators', 'grove', 'io', 'mcmcloop', 'mcmcstep',
+              'partial', 'polyagamma', 'prepcovars', 'priors', 'sharding'):
+    sys.modules[f'{__name__}.{_name}'] = globals()[_name]
+del _name
 
 __version__ = '0.1.0'
 

@@ -28,7 +28,7 @@ jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 # Tests patch traced code in place (a module constant, a wrapped move), which
 # the key of the compiled programs that bartz keeps on disk cannot see: the
 # suite compiles them as jit does. tests/test_compile_cache.py tests that layer.
-from bartz import _programs  # noqa: E402
+from bartz._compile import programs as _programs  # noqa: E402
 
 _programs.enabled = False
 

@@ -1,4 +1,4 @@
-"""Tests for bartz.BART: the R-style front end `gbart` and its result object.
+"""Tests for bartz.api.gbart: the R-style front end `gbart` and its result object.
 
 Compilation dominates the cost of these tests, so almost every fit uses the
 same shapes and settings (`SMALL`, n=100, p=3) and shares one compiled MCMC
@@ -19,7 +19,9 @@ from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
 import bartz
-from bartz import gbart, mcmcloop, mcmcstep
+from bartz import gbart
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
 from bartz.diagnostics import ConvergenceWarning
 
 # ---------------------------------------------------------------- helpers

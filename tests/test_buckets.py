@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from bartz import buckets, gbart
+from bartz import gbart
+from bartz.prep import sizes as buckets
 from tests.coupling import assert_same_fit
 
 N, P = 100, 3

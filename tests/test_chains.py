@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 from jax import random
 
-from bartz import gbart, mcmcloop, mcmcstep
+from bartz import gbart
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
 from tests.coupling import assert_same_fit
 from tests.test_mcmcstep import data_state
 

@@ -1,4 +1,4 @@
-"""Checks of the front end's arguments (`bartz._checks`): seeds, the tree
+"""Checks of the front end's arguments (`bartz.prep.checks`): seeds, the tree
 prior, numbers beyond float64."""
 
 import jax
@@ -8,7 +8,9 @@ import pytest
 from jax import random
 from numpy.testing import assert_array_equal
 
-from bartz import BARTRegressor, _checks, gbart, mcmcstep
+from bartz import BARTRegressor, gbart
+from bartz.prep import checks as _checks
+from bartz.sampler import step as mcmcstep
 
 SMALL = {'ntree': 5, 'ndpost': 10, 'nskip': 5, 'printevery': None}
 

@@ -18,7 +18,7 @@ import jax
 import jaxlib
 import pytest
 
-from bartz import compile_cache
+from bartz._compile import cache as compile_cache
 
 JAX_DIR = f'jax-{jax.__version__}'
 
@@ -101,7 +101,7 @@ def test_switched_off_then_enabled_moved_and_disabled_at_run_time(tmp_path):
     other = tmp_path / 'other'
     code = f"""
     import bartz
-    from bartz import compile_cache
+    from bartz._compile import cache as compile_cache
     out = {{'import': [compile_cache.cache_dir(), jax.config.jax_compilation_cache_dir, thresholds()]}}
     def plus_one(x):
         return x + 1
@@ -299,13 +299,15 @@ def test_enable_rejects_a_path_that_is_not_a_path():
         compile_cache.enable(123)
 
 
-# --- whole compiled MCMC programs kept on disk (bartz._programs) ---
+# --- whole compiled MCMC programs kept on disk (bartz._compile.programs) ---
 
 FIT_CODE = """
 import glob
 import numpy as np
 import bartz
-from bartz import grove, mcmcstep, predict
+from bartz.forest import grove
+from bartz.sampler import step as mcmcstep
+from bartz.api import predict
 traced = []
 def counting(module, name):  # the functions run only while a program is traced
     original = getattr(module, name)
@@ -375,7 +377,8 @@ def test_programs_off_with_the_cache(tmp_path):
 @pytest.fixture
 def programs_in(monkeypatch, tmp_path):
     """Switch the stored programs on, in a folder of `tmp_path`, for one test."""
-    from bartz import _programs, mcmcloop  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
+    from bartz.run import loop as mcmcloop
 
     monkeypatch.setattr(_programs, 'enabled', True)
     monkeypatch.setattr(compile_cache, 'cache_dir', lambda: str(tmp_path))
@@ -407,7 +410,7 @@ def test_programs_unwritable_warns_once(programs_in):
     with warnings.catch_warnings():
         warnings.filterwarnings('error', message='.*compilation cache')
         _small_fit(seed=2)  # compiled in memory: nothing to write, no warning
-        from bartz import _programs  # noqa: PLC0415
+        from bartz._compile import programs as _programs  # noqa: PLC0415
 
         _programs._LOADED.cache_clear()
         _small_fit(seed=3)  # compiled again, the write fails again: no second warning
@@ -418,7 +421,7 @@ def test_programs_unwritable_warns_once(programs_in):
 def test_programs_cleared_by_jax_clear_caches(programs_in):
     """`jax.clear_caches` releases the programs loaded in this process, as
     it does JAX's own, and the next fit loads them from disk."""
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     fit = _small_fit()
     assert len(list(programs_in.glob('*.bartz-program'))) == 1
@@ -441,7 +444,8 @@ def test_x_test_predictions_compiled_ahead(programs_in, monkeypatch):
 
     import numpy as np  # noqa: PLC0415
 
-    from bartz import _programs, gbart  # noqa: PLC0415
+    from bartz import gbart  # noqa: PLC0415
+    from bartz._compile import programs as _programs
 
     compiled = []
     original = _programs._compile_fresh
@@ -476,7 +480,7 @@ def test_programs_key():
     dtypes and JAX's settings, and is None for what is not an array."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     args = (np.zeros(3, np.float32), {'a': jax.numpy.ones((2, 2))})
     key = _programs._key('p', (1,), args)
@@ -497,7 +501,7 @@ def test_programs_key():
 
 
 def test_programs_off_without_cache_or_jit(monkeypatch):
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     monkeypatch.setattr(_programs, 'enabled', True)
     monkeypatch.setattr(compile_cache, 'cache_dir', lambda: '/somewhere')
@@ -522,7 +526,7 @@ def test_programs_store_only_fresh_compilations(monkeypatch):
 
     from jax._src import config as jax_config  # noqa: PLC0415
 
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     assert compile_cache.cache_dir() is not None  # the session's cache (conftest.py)
     constant = uuid.uuid4().int % 1000 / 7  # a program no earlier run compiled
@@ -555,7 +559,7 @@ def test_programs_need_the_source(monkeypatch, tmp_path):
     nothing is stored or loaded, jit decides."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     monkeypatch.setattr(_programs, '__file__', str(tmp_path / '_programs.pyc'))
     _programs._fingerprint.cache_clear()
@@ -574,7 +578,7 @@ def test_programs_only_where_checked(monkeypatch):
     decides."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     monkeypatch.setattr(_programs, 'enabled', True)
     monkeypatch.setattr(compile_cache, 'cache_dir', lambda: '/somewhere')
@@ -592,7 +596,7 @@ def test_programs_stored_after_the_run_is_dispatched(programs_in, monkeypatch):
     (the write overlaps its run); by `prepare`, at once (nothing runs)."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     events = []
     compile_fresh, store = _programs._compile_fresh, _programs._store
@@ -618,7 +622,7 @@ def test_programs_stored_after_the_run_is_dispatched(programs_in, monkeypatch):
     assert events == ['store']
 
 
-# --- a quick first program while the full one compiles (bartz._programs._compile_quick_first) ---
+# --- a quick first program while the full one compiles (bartz._compile.programs._compile_quick_first) ---
 
 
 QUICK_FIT_CASES = {
@@ -641,7 +645,9 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
     would wait for the full program): its progress is not held back."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz import _programs, gbart, sharding  # noqa: PLC0415
+    from bartz import gbart  # noqa: PLC0415
+    from bartz._compile import programs as _programs
+    from bartz.run import sharding
 
     monkeypatch.setenv('BARTZ_QUICK_COMPILE', '1')
     calls = []
@@ -708,7 +714,8 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
 def test_quick_options_policy(monkeypatch):
     """Quick first programs, when switched on, for short runs on CPU with a
     checked jaxlib."""
-    from bartz import _programs, mcmcloop  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
+    from bartz.run import loop as mcmcloop
 
     monkeypatch.delenv('BARTZ_QUICK_COMPILE', raising=False)
     assert mcmcloop._quick_options(1024, 300, 200, 1) is None  # off by default
@@ -741,7 +748,7 @@ def test_quick_option_unknown_to_xla_compiles_as_usual(programs_in):
     compiled at once, as without them, and stored."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     shift = np.random.default_rng().uniform()  # a program no earlier run compiled
     f = _programs.persistent_jit(lambda x, shift: x + shift, 'test-quick-unknown', shift=shift)
@@ -754,7 +761,7 @@ def test_quick_option_unknown_to_xla_compiles_as_usual(programs_in):
 QUICK_PROCESS_CODE = """
 import numpy as np
 import bartz
-from bartz import mcmcstep
+from bartz.sampler import step as mcmcstep
 traced = []
 original = mcmcstep.step
 def step(*args, **kwargs):
@@ -767,7 +774,7 @@ y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
 with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     fit = bartz.gbart(x, y, ntree=5, nskip=5, ndpost=20, printevery=None, seed=1)
-from bartz import _programs
+from bartz._compile import programs as _programs
 quick = any(t.name.startswith('bartz-compile-mcmc_chunk') for t in _programs._BACKGROUND)
 print(json.dumps({'traced': sorted(set(traced)), 'draws': np.asarray(fit.yhat_train).tolist(), 'quick': quick}))
 """
@@ -888,7 +895,7 @@ def test_untrusted_rule_on_ownership(tmp_path):
 PLANT_CODE = """
 import numpy as np
 import bartz
-from bartz import mcmcstep
+from bartz.sampler import step as mcmcstep
 traced = []
 original = mcmcstep.step
 def step(*args, **kwargs):

@@ -44,7 +44,10 @@ from jax import lax, random
 from jax import numpy as jnp
 from scipy import stats
 
-from bartz import gbart, grove, mcmcloop, mcmcstep
+from bartz import gbart
+from bartz.forest import grove
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
 
 P_MIN = 1e-4  # each statistical test must have a p-value above this
 

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from bartz import gbart, prepcovars
+from bartz import gbart
+from bartz.prep import cutpoints as prepcovars
 from bartz.diagnostics import ConvergenceWarning
-from bartz.encoding import Encoding, PositionalColumnsWarning, fit_encoding
+from bartz.prep.encoding import Encoding, PositionalColumnsWarning, fit_encoding
 
 SMALL = {'ntree': 20, 'ndpost': 50, 'nskip': 20, 'printevery': None}
 
@@ -137,7 +138,7 @@ def test_decimals_are_numbers():
     type is refused, naming the type."""
     from decimal import Decimal  # noqa: PLC0415
 
-    from bartz import _checks  # noqa: PLC0415
+    from bartz.prep import checks as _checks  # noqa: PLC0415
 
     values = [1.5, float('nan'), -2.25, 3.0] * 3
     decimals = [Decimal(str(v)) for v in values]

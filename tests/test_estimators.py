@@ -25,7 +25,7 @@ def test_no_sklearn_import_at_run_time():
     import ast  # noqa: PLC0415
     import inspect  # noqa: PLC0415
 
-    from bartz import estimators  # noqa: PLC0415
+    from bartz.api import estimators  # noqa: PLC0415
 
     tree = ast.parse(inspect.getsource(estimators))
     top_level = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
@@ -214,7 +214,7 @@ def test_moves_and_warmstart_reach_gbart(regression_data, monkeypatch):
     with pytest.raises(ValueError, match='warmstart'):
         BARTClassifier(**SMALL, warmstart=-1).fit(X, X[:, 0] > 0)
 
-    from bartz import estimators  # noqa: PLC0415
+    from bartz.api import estimators  # noqa: PLC0415
 
     seen = {}
     real = estimators.gbart

@@ -56,8 +56,9 @@ from jax import lax, random
 from jax import numpy as jnp
 from scipy import stats
 
-from bartz import grove, mcmcstep
-from bartz.moves import GROW
+from bartz.forest import grove
+from bartz.sampler import step as mcmcstep
+from bartz.sampler.moves import GROW
 from test_mcmcstep import P_MIN, chi2_two_sample, sample_prior_heaps
 
 N_POINTS = 20

@@ -6,8 +6,8 @@ import jax
 from jax import numpy as jnp
 from jax.scipy.special import ndtr
 
-from bartz import grove
-from bartz.grove import TreeHeaps
+from bartz.forest import grove
+from bartz.forest.grove import TreeHeaps
 
 
 def random_forest(rng, num_trees, depth, p, max_split, *, p_internal=0.7, dtype=np.uint8):
@@ -310,7 +310,7 @@ def test_evaluate_trace_of_sampler_trace():
     """A trace of the actual sampler (grows and prunes from one draw to the next)."""
     from jax import lax, random  # noqa: PLC0415
 
-    from bartz import mcmcstep  # noqa: PLC0415
+    from bartz.sampler import step as mcmcstep  # noqa: PLC0415
 
     rng = np.random.default_rng(3)
     p, n, max_split = 3, 50, np.array([5, 9, 2])

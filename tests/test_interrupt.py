@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from bartz import BARTFit, diagnostics, gbart, mcmcloop
-from bartz import fit as fit_mod
-from bartz import predict as predict_mod
+from bartz import BARTFit, diagnostics, gbart
+from bartz.run import loop as mcmcloop
+from bartz.api import fit as fit_mod
+from bartz.api import predict as predict_mod
 from bartz.diagnostics import ConvergenceWarning
 
 N, P, N_TEST = 100, 3, 30

@@ -17,8 +17,9 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import bartz
-from bartz import fit as fit_mod
-from bartz import gbart, io
+from bartz.api import fit as fit_mod
+from bartz import gbart
+from bartz.api import io
 
 SMALL = {'ntree': 20, 'ndpost': 50, 'nskip': 20, 'printevery': None}
 REPO = Path(__file__).resolve().parent.parent

@@ -9,7 +9,10 @@ from jax import numpy as jnp
 from jax import random
 from scipy import integrate, special, stats
 
-from bartz import gbart, mcmcloop, mcmcstep, polyagamma
+from bartz import gbart
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
+from bartz.sampler import polyagamma
 from tests.coupling import assert_same_fit
 
 P_MIN = 1e-3  # per-test p-value threshold of the statistical tests

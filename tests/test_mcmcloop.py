@@ -10,7 +10,9 @@ import pytest
 from jax import numpy as jnp
 from jax import random
 
-from bartz import grove, mcmcloop, mcmcstep
+from bartz.forest import grove
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
 from tests.test_mcmcstep import data_state
 
 

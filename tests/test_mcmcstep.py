@@ -30,9 +30,12 @@ from jax import lax, random
 from jax import numpy as jnp
 from scipy import stats
 
-from bartz import grove, kernels, mcmcloop, mcmcstep
-from bartz import moves as moves_module
-from bartz.grove import TreeHeaps
+from bartz.forest import grove
+from bartz import kernels
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
+from bartz.sampler import moves as moves_module
+from bartz.forest.grove import TreeHeaps
 from tests.coupling import assert_coupled
 
 P_MIN = 1e-4  # each statistical test must have a p-value above this
@@ -1476,10 +1479,10 @@ def _nested_jits(jaxpr) -> int:
 
 def test_proposal_and_tree_loop_trace_numpy_inline(small_data, monkeypatch):
     """The proposal and the loop body over trees are traced with the jitted
-    helpers of `jax.numpy` inline (`bartz._programs.inlined`): no nested jit
+    helpers of `jax.numpy` inline (`bartz._compile.programs.inlined`): no nested jit
     in their jaxprs (each costs tracing and lowering in a first fit), and the
     same moves as the proposal traced the usual way, which has them."""
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     X, max_split, y, _ = small_data
     state = mcmcstep.init(X=jnp.asarray(X), max_split=jnp.asarray(max_split), y=jnp.asarray(y), num_trees=3, leaf_prior_var=0.1)

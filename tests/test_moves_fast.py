@@ -1,4 +1,4 @@
-"""`bartz.moves.propose_tree` against a straightforward reference.
+"""`bartz.sampler.moves.propose_tree` against a straightforward reference.
 
 `_propose_tree_reference` is the proposal as first written (two full tree
 summaries, the ranges of every predictor recomputed at each node that needs
@@ -15,9 +15,12 @@ import pytest
 from jax import numpy as jnp
 from jax import random
 
-from bartz import grove, mcmcstep, moves, warmstart
-from bartz._random import _uniform
-from bartz.moves import CHANGE, GROW, PRUNE, SWAP, Moves
+from bartz.forest import grove
+from bartz.sampler import step as mcmcstep
+from bartz.sampler import moves
+from bartz.run import warmstart
+from bartz.kernels.rng import _uniform
+from bartz.sampler.moves import CHANGE, GROW, PRUNE, SWAP, Moves
 
 # ---------------------------------------------------------------- reference
 
@@ -108,7 +111,7 @@ def _sum_terms_reference(move, terms):
 
 
 def _propose_tree_reference(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs) -> Moves:
-    """`bartz.moves.propose_tree` as first written (commit 98a4a83)."""
+    """`bartz.sampler.moves.propose_tree` as first written (commit 98a4a83)."""
     half = split_tree.shape[0]
     heap_size = 2 * half
     slot = jnp.arange(heap_size, dtype=jnp.int32)

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from scipy import special
 
-from bartz import gbart, partial, plot
+from bartz import gbart, plot
+from bartz.api import partial
 
 SMALL = {'ntree': 20, 'ndpost': 40, 'nskip': 30, 'printevery': None}
 N = 150

@@ -15,7 +15,7 @@ from jax import lax
 from jax import numpy as jnp
 from scipy import stats
 
-from bartz import mcmcstep
+from bartz.sampler import step as mcmcstep
 
 MAX_SPLIT = 3
 MAX_DEPTH = 3  # heap levels: splits at levels 0 and 1

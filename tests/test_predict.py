@@ -1,4 +1,4 @@
-"""Tests of `bartz.predict` through `BARTFit.predict` and `BARTFit.predict_chunks`:
+"""Tests of `bartz.api.predict` through `BARTFit.predict` and `BARTFit.predict_chunks`:
 summaries equal to those of the draws, predictive noise, chunked and memory-mapped
 input, bounded memory.
 
@@ -15,8 +15,10 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
-from bartz import encoding, gbart, grove
-from bartz import predict as predict_mod
+from bartz import gbart
+from bartz.prep import encoding
+from bartz.forest import grove
+from bartz.api import predict as predict_mod
 
 N, P, N_TEST = 100, 3, 30
 SMALL = {'ntree': 20, 'ndpost': 50, 'nskip': 20, 'printevery': None}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from jax import numpy as jnp
 
-from bartz.prepcovars import (
+from bartz.prep.cutpoints import (
     Splits,
     bin_predictors,
     bin_predictors_np,

@@ -5,7 +5,8 @@ it can use give finite draws."""
 import numpy as np
 import pytest
 
-from bartz import gbart, mcmcstep
+from bartz import gbart
+from bartz.sampler import step as mcmcstep
 
 SMALL = {'ntree': 5, 'ndpost': 10, 'nskip': 5, 'printevery': None}
 N = 60

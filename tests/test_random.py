@@ -1,4 +1,4 @@
-"""The host-side keys of `bartz._random` are JAX's, bit for bit."""
+"""The host-side keys of `bartz.kernels.rng` are JAX's, bit for bit."""
 
 import jax
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from jax import random
 from scipy import stats
 
-from bartz import _random
+from bartz.kernels import rng as _random
 
 SEEDS = [0, 1, 99, 2**31, 2**32 - 1]
 DATA = [0, 1, 12345, 2**31 + 7, 2**32 - 1]

@@ -27,7 +27,11 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import special, stats
 
-from bartz import buckets, gbart, mcmcloop, mcmcstep, priors
+from bartz import gbart
+from bartz.prep import sizes as buckets
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
+from bartz.prep import priors
 
 N, P = 100, 3
 NTREE, NDPOST, NSKIP = 20, 50, 20
@@ -246,7 +250,7 @@ def test_ols_sigest_matches_least_squares_with_aliased_columns():
     the residual sd of LAPACK's least squares, rank-deficient designs
     included: a column equal to a sum of others, a constant column and a
     column of large values far from 0 count as R's ``lm`` counts them."""
-    from bartz.priors import _ols_sigest  # noqa: PLC0415
+    from bartz.prep.priors import _ols_sigest  # noqa: PLC0415
 
     rng = np.random.default_rng(2)
 

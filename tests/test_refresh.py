@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from jax import random
 
-from bartz import grove, mcmcloop, mcmcstep
+from bartz.forest import grove
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
 
 U = 2.0**-24  # float32 unit roundoff
 DRIFT_ITERS = 20_037  # 37 iterations after the last refresh
@@ -232,7 +234,7 @@ def test_refresh_on_a_mesh(weighted, keys):
     the unsharded refresh up to float rounding."""
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from bartz import sharding
+    from bartz.run import sharding
 
     num_chains, n = 2, 64
     valid = np.arange(n) % 9 != 4  # padding (inside the shards, to test the masks)

@@ -6,7 +6,7 @@ aborts the process.
 
 The fits run in fresh Python processes: the test session's ``conftest.py``
 clears JAX's caches after each module and switches bartz's own programs
-off (``bartz._programs.enabled``), either of which would hide what a user's
+off (``bartz._compile.programs.enabled``), either of which would hide what a user's
 session does.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bartz import compile_cache
+from bartz._compile import cache as compile_cache
 
 ON_LINUX = Path('/proc/self/maps').exists() and Path('/proc/sys/vm/max_map_count').exists()
 
@@ -30,7 +30,7 @@ import json, warnings
 import numpy as np
 import jax
 import bartz
-from bartz import compile_cache
+from bartz._compile import cache as compile_cache
 warnings.simplefilter('ignore', bartz.ConvergenceWarning)
 
 def maps():  # the memory mappings of this process (Linux)

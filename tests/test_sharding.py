@@ -20,7 +20,11 @@ import pytest
 from jax import random
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bartz import diagnostics, gbart, mc_gbart, mcmcloop, mcmcstep, prepcovars, sharding
+from bartz import diagnostics, gbart, mc_gbart
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
+from bartz.prep import cutpoints as prepcovars
+from bartz.run import sharding
 from tests.coupling import assert_coupled, assert_same_fit
 
 P = PartitionSpec

@@ -1,4 +1,4 @@
-"""Tests for bartz.warmstart: the starting states of the chains.
+"""Tests for bartz.run.warmstart: the starting states of the chains.
 
 Both starts (grow-from-root and random prior trees) must hand the sampler a
 consistent state (`check_state`: leaf indices, counts, precision sums,
@@ -16,7 +16,10 @@ import pytest
 from jax import numpy as jnp
 from jax import random
 
-from bartz import gbart, grove, mcmcstep, warmstart
+from bartz import gbart
+from bartz.forest import grove
+from bartz.sampler import step as mcmcstep
+from bartz.run import warmstart
 from tests.test_BART import count_jax_events
 from tests.test_mcmcstep import (
     DATA_MIN_POINTS,

@@ -66,7 +66,8 @@ from pathlib import Path
 import jax
 import jaxlib
 
-from bartz import _warn, compile_cache
+from bartz import _warn
+from bartz._compile import cache as compile_cache
 
 # Bump to ignore every file written by earlier layouts.
 _FORMAT = 2
@@ -170,7 +171,7 @@ _LOADED = _Loaded()
 try:  # jax 0.10.2 (private): let jax.clear_caches() clear ours too
     from jax._src import util as _jax_util
 
-    _jax_util.register_cache(_LOADED, 'bartz._programs')
+    _jax_util.register_cache(_LOADED, 'bartz._compile.programs')
 except (ImportError, AttributeError):  # pragma: no cover, a future JAX
     pass
 
@@ -577,7 +578,7 @@ def _fingerprint() -> tuple | None:
     """What a stored program depends on that a process cannot change; None
     if the source of bartz cannot be read."""
     source = hashlib.sha256()
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # the whole bartz package
     paths = sorted(package.rglob('*.py'))
     if not paths:  # no sources to hash (a bytecode-only install): keep nothing
         return None

@@ -21,7 +21,7 @@ import numpy as np
 from jax import numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bartz import grove
+from bartz.forest import grove
 
 __all__ = ['auto_mesh', 'evaluate_trace_sharded', 'make_mesh', 'padded_length', 'to_host']
 

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from bartz import _checks
+from bartz.prep import checks as _checks
 
 __all__ = ['OUTCOME_TYPES', 'OutcomeType', 'Priors', 'check_outcome', 'outcome_type', 'r_priors']
 

@@ -78,7 +78,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse
 
-from bartz import _warn, prepcovars
+from bartz import _warn
+from bartz.prep import cutpoints as prepcovars
 
 __all__ = ['ColumnSpec', 'Encoding', 'PositionalColumnsWarning', 'fit_encoding']
 

@@ -2,7 +2,7 @@
 
 What makes a per-leaf sum or a residual update fast on a given machine
 lives here, behind a small interface, apart from the statistics of the
-moves (`bartz.moves`) and of the sweep (`bartz.mcmcstep`):
+moves (`bartz.sampler.moves`) and of the sweep (`bartz.mcmcstep`):
 
 - `_leaf_sums(indices, values, size)`: ``zeros(size).at[indices].add(values)``
   (a scatter on CPU, a masked reduction on GPU from 4,096 points);
@@ -23,7 +23,7 @@ import jax
 from jax import lax
 from jax import numpy as jnp
 
-from bartz import grove
+from bartz.forest import grove
 
 
 def _on_cpu():
@@ -312,7 +312,7 @@ def cell_partitions(X, leaf_indices, var, split, remap_leaf, remap_cell):
     var, split
         ``(m,)`` the rule of each tree's move.
     remap_leaf, remap_cell
-        ``(m, 2)`` and ``(m, 2, 2)`` int32 (see `bartz.moves.Moves`).
+        ``(m, 2)`` and ``(m, 2, 2)`` int32 (see `bartz.sampler.moves.Moves`).
 
     Returns
     -------

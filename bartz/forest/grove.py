@@ -258,7 +258,7 @@ def _update_leaf_indices(X, leaf_indices, prev_var, prev_split, var_tree, split_
     # p, which is the index of the (p + 1)-th changed tree. Two reductions
     # over (trees, trees), no cumulative sum (5 kernels on CPU) and no sort
     # (XLA's CPU sort of a fit.predict program cannot be serialised to be
-    # kept, `bartz._programs`).
+    # kept, `bartz._compile.programs`).
     large, threshold, small = _RETRAVERSE_GROUPS
     large, small = min(num_trees, large), min(num_trees, small)
     # (reductions over the leading axis: XLA vectorises them over the other)
@@ -450,9 +450,9 @@ def _evaluate_trace_impl(X, trace, link_params, *, kind, link, max_memory, ndraw
 @functools.cache
 def _evaluate_trace_runner(kind, link, max_memory, ndraws):
     """`_evaluate_trace_impl` jitted for these settings; a new process loads
-    it whole from the compilation cache (`bartz._programs`) instead of
+    it whole from the compilation cache (`bartz._compile.programs`) instead of
     tracing it, and traced inputs go to the plain jit."""
-    from bartz import _programs  # noqa: PLC0415
+    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     return _programs.persistent_jit(
         _evaluate_trace_impl, 'evaluate_trace', kind=kind, link=link, max_memory=max_memory, ndraws=ndraws
@@ -536,7 +536,7 @@ def prepare_evaluate_trace(X, trace: TreeHeaps, *, max_memory: int = DEFAULT_MAX
     `jax.ShapeDtypeStruct` (with the shardings the arrays will have), so
     that it can be compiled on another thread while the sampler runs
     (`bartz.gbart` does it for ``x_test``). Returns whether the program is
-    ready (False when the compiled programs are not kept, `bartz._programs`:
+    ready (False when the compiled programs are not kept, `bartz._compile.programs`:
     then the call compiles as usual)."""
     runner, args = _evaluate_trace_call(X, trace, 'draws', max_memory, link, link_params, int(trace.leaf_tree.shape[0]))
     return runner.prepare(*args)

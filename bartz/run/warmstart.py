@@ -64,7 +64,9 @@ import numpy as np
 from jax import lax
 from jax import numpy as jnp
 
-from bartz import grove, mcmcloop, mcmcstep
+from bartz.forest import grove
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
 
 __all__ = ['num_bins', 'prior_trees', 'start_chains', 'state_from_trees', 'warm_start']
 

@@ -67,7 +67,7 @@ import jax
 import numpy as np
 from jax import numpy as jnp
 
-from bartz import grove
+from bartz.forest import grove
 
 GROW, PRUNE, CHANGE, SWAP = 0, 1, 2, 3
 MOVE_NAMES = ('grow', 'prune', 'change', 'swap')

@@ -4,13 +4,13 @@ Mirrors R's ``BART::gbart``: the same argument names (``.`` becomes ``_``,
 ``lambda`` becomes ``lambda_``), meanings and defaults, and a result with
 the same attributes. `gbart` reads as its steps, each in its own module:
 
-1. check and convert the arguments (`bartz._checks`, and the outcome in
+1. check and convert the arguments (`bartz.prep.checks`, and the outcome in
    `bartz.priors.check_outcome`);
 2. encode the columns of ``x_train`` (`bartz.encoding`: numbers,
    categorical dummies, missing values), compute the cut-points and bin;
 3. compute R's priors (`bartz.priors`);
 4. run the chains (`bartz.mcmcstep`, `bartz.mcmcloop`);
-5. package the result (`bartz.fit.BARTFit`).
+5. package the result (`bartz.api.fit.BARTFit`).
 
 Deviations from R, on purpose:
 
@@ -47,8 +47,18 @@ import warnings
 import jax
 import numpy as np
 
-from bartz import _checks, _programs, _random, buckets, encoding, grove, mcmcloop, mcmcstep, prepcovars, priors, warmstart
-from bartz._checks import (  # noqa: F401  (kept importable from here)
+from bartz.prep import checks as _checks
+from bartz._compile import programs as _programs
+from bartz.kernels import rng as _random
+from bartz.prep import sizes as buckets
+from bartz.prep import encoding
+from bartz.forest import grove
+from bartz.run import loop as mcmcloop
+from bartz.sampler import step as mcmcstep
+from bartz.prep import cutpoints as prepcovars
+from bartz.prep import priors
+from bartz.run import warmstart
+from bartz.prep.checks import (  # noqa: F401  (kept importable from here)
     _as_vector,
     _check_bool,
     _check_devices,
@@ -56,9 +66,9 @@ from bartz._checks import (  # noqa: F401  (kept importable from here)
     _check_real,
     _make_key,
 )
-from bartz import fit as fit_mod
-from bartz.fit import BARTFit, package, warn_convergence
-from bartz.priors import _ols_sigest  # noqa: F401
+from bartz.api import fit as fit_mod
+from bartz.api.fit import BARTFit, package, warn_convergence
+from bartz.prep.priors import _ols_sigest  # noqa: F401
 
 __all__ = ['BARTFit', 'gbart', 'mc_gbart']
 
@@ -207,7 +217,7 @@ def gbart(
         A split must leave at least this many points in each child (R: 5).
     moves
         The tree moves of the sampler and their probabilities (bartz only;
-        see `bartz.moves`): None for the default ``{'grow': 0.25, 'prune':
+        see `bartz.sampler.moves`): None for the default ``{'grow': 0.25, 'prune':
         0.25, 'change': 0.4, 'swap': 0.1}`` (the mix of BayesTree and
         dbarts), a sequence of names (their default probabilities renormalised;
         ``('grow', 'prune')`` is the classical grow/prune sampler, R's), or a
@@ -232,7 +242,7 @@ def gbart(
     warmstart
         Number of grow-from-root sweeps (XBART, He, Yalov & Hahn 2019) that
         make each chain's starting state before the MCMC (bartz only; see
-        `bartz.warmstart`). Each chain gets its own warm start from its own
+        `bartz.run.warmstart`). Each chain gets its own warm start from its own
         key, so the chains start apart and R-hat can see a transient. The
         MCMC that follows is unchanged and exact; ``nskip`` still counts
         its burn-in iterations. Default 0: every tree starts as a leaf of
@@ -342,7 +352,7 @@ def gbart(
     X, trace, burn_sigma2, info = _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group, on_start)
 
     # 5. package, and warn if the chains do not look converged; after the
-    # sampling, a Ctrl-C returns the fit with what is done (`bartz.fit.package`)
+    # sampling, a Ctrl-C returns the fit with what is done (`bartz.api.fit.package`)
     fit = package(
         outcome=outcome,
         settings=settings,
@@ -456,7 +466,7 @@ def _start_key(key):
 def _compile_test_predictions(X_test, settings, outcome, prior, state, ndraws):
     """Compile gbart's predictions at ``x_test`` on a thread of its own while
     the sampler compiles and runs, instead of after it (a new process with
-    the programs kept loads them instead, `bartz._programs`).
+    the programs kept loads them instead, `bartz._compile.programs`).
 
     Only what the program depends on is known before the run, the shapes and
     types: the binned ``x_test`` (`X_test`), the trees of `state`, `ndraws`.

@@ -36,8 +36,13 @@ from jax import numpy as jnp
 from jax import random
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bartz import _programs, buckets, grove, prepcovars, priors, sharding
-from bartz import encoding as encoding_mod
+from bartz._compile import programs as _programs
+from bartz.prep import sizes as buckets
+from bartz.forest import grove
+from bartz.prep import cutpoints as prepcovars
+from bartz.prep import priors
+from bartz.run import sharding
+from bartz.prep import encoding as encoding_mod
 from bartz.jaxext import autobatch
 
 __all__ = [
@@ -323,7 +328,7 @@ def _device_kernel(X, rows, w, trace, link_params, sigma, key, static):
 @functools.cache
 def _single_runner(static: _Static):
     """The one-device program for `static`, which a new process loads whole
-    from the compilation cache (`bartz._programs`) instead of tracing it."""
+    from the compilation cache (`bartz._compile.programs`) instead of tracing it."""
     return _programs.persistent_jit(_device_kernel, 'predict', static=static)
 
 
@@ -628,7 +633,7 @@ def to_data_units(f: np.ndarray, offset: float, scale: float | None = None) -> n
     data's units on the host, not on the device, where float32 offsets and
     scales below about 1e-38 may be flushed to zero, and where summaries
     could not be float64. Every result of a fit in the data's units goes
-    through this function (`bartz.fit.package` too), so that the draws of
+    through this function (`bartz.api.fit.package` too), so that the draws of
     ``yhat_test`` and of `bartz.BARTFit.predict` are the same bit for bit.
     """
     if scale is not None:

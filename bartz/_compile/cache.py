@@ -177,7 +177,7 @@ _THRESHOLDS = {
 # The thresholds that bartz changed, so that `disable` can put them back.
 _changed_thresholds: dict[str, object] = {}
 
-# The folder of bartz's whole programs in the cache directory (`bartz._programs`).
+# The folder of bartz's whole programs in the cache directory (`bartz._compile.programs`).
 _PROGRAMS_SUBDIR = 'bartz-programs'
 
 # Directories already warned about: warn once for each.
@@ -278,7 +278,7 @@ def set_limits(*, max_programs=_UNCHANGED, maps_fraction=_UNCHANGED) -> Limits:
             maps_fraction = float(maps_fraction)
         new = new._replace(maps_fraction=maps_fraction)
     _limits = new
-    from bartz import _programs  # noqa: PLC0415, imports this module
+    from bartz._compile import programs as _programs  # noqa: PLC0415, imports this module
 
     _programs.apply_limits()
     return old
@@ -291,10 +291,10 @@ def programs_in_memory() -> int:
     -------
     The number of MCMC loops and predictions that bartz keeps compiled in
     this process, at most ``limits().max_programs``. (With the test suite's
-    switch ``bartz._programs.enabled = False``, JAX's jit holds them
+    switch ``bartz._compile.programs.enabled = False``, JAX's jit holds them
     instead, and this is 0.)
     """
-    from bartz import _programs  # noqa: PLC0415, imports this module
+    from bartz._compile import programs as _programs  # noqa: PLC0415, imports this module
 
     return _programs.programs_in_memory()
 

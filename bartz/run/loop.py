@@ -34,7 +34,9 @@ import numpy as np
 from jax import lax, random
 from jax import numpy as jnp
 
-from bartz import _programs, mcmcstep, sharding
+from bartz._compile import programs as _programs
+from bartz.sampler import step as mcmcstep
+from bartz.run import sharding
 
 __all__ = ['REFRESH_EVERY', 'Trace', 'RunInfo', 'run_mcmc', 'state_specs']
 
@@ -67,10 +69,10 @@ class RunInfo(NamedTuple):
     swap_proposed: int = 0
     swap_accepted: int = 0
     # where the last Ctrl-C stopped the fit: 'sampling' (`run_mcmc`), or a
-    # stage of `bartz.fit.package` or the convergence check (`bartz.fit.STAGES`);
+    # stage of `bartz.api.fit.package` or the convergence check (`bartz.api.fit.STAGES`);
     # None if not interrupted
     interrupted_in: str | None = None
-    missing: tuple = ()  # attributes of the fit left None by that Ctrl-C (`bartz.fit.package`)
+    missing: tuple = ()  # attributes of the fit left None by that Ctrl-C (`bartz.api.fit.package`)
 
 
 def _extract(state: mcmcstep.State, save_train: bool) -> Trace:

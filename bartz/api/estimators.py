@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse as scipy_sparse
 
-from bartz.BART import gbart
-from bartz.encoding import PositionalColumnsWarning, masked_as_nan
+from bartz.api.gbart import gbart
+from bartz.prep.encoding import PositionalColumnsWarning, masked_as_nan
 
 __all__ = ['BARTClassifier', 'BARTRegressor']
 

@@ -19,7 +19,7 @@ A fit is one ``.npz`` file (a zip archive of ``.npy`` arrays, written by
   - ``unset``: the attributes that do not apply to this fit (e.g.
     ``sigma`` of a probit fit);
   - ``missing``: the attributes that a Ctrl-C left None
-    (``run_info.missing``, see `bartz.fit.STAGES`); absent or empty for a
+    (``run_info.missing``, see `bartz.api.fit.STAGES`); absent or empty for a
     fit that was not cut short;
   - ``encoding``: the column encoding, `bartz.encoding.Encoding.to_dict`.
 
@@ -91,8 +91,11 @@ import jax
 import numpy as np
 import pandas as pd
 
-from bartz import encoding, grove, prepcovars, priors
-from bartz.fit import BARTFit
+from bartz.prep import encoding
+from bartz.forest import grove
+from bartz.prep import cutpoints as prepcovars
+from bartz.prep import priors
+from bartz.api.fit import BARTFit
 
 __all__ = ['FORMAT_NAME', 'FORMAT_VERSION', 'load', 'save']
 
@@ -530,7 +533,7 @@ def _check_contents(header: dict, arrays: dict) -> encoding.Encoding:
     """Check the file's fields against each other; return its encoding."""
     scalars = header['scalars']
     _check_names(header, arrays)
-    missing = set(header['missing'])  # left None by a Ctrl-C (`bartz.fit.STAGES`)
+    missing = set(header['missing'])  # left None by a Ctrl-C (`bartz.api.fit.STAGES`)
     unknown = sorted(missing - set(BARTFit.__slots__))
     if unknown:
         msg = f'header.missing names unknown attributes {unknown}'

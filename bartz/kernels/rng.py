@@ -14,7 +14,7 @@ import numpy as np
 from jax import lax, random
 from jax import numpy as jnp
 
-from bartz import _programs
+from bartz._compile import programs as _programs
 
 
 @_programs.inlined

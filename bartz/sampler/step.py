@@ -9,7 +9,7 @@ recompile.
 One `step` is Chipman, George & McCulloch's "Bayesian backfitting":
 
 1. For every tree at once (``vmap``), propose a move (GROW, PRUNE, CHANGE or
-   SWAP, `bartz.moves`) and compute the tree-structure part of its
+   SWAP, `bartz.sampler.moves`) and compute the tree-structure part of its
    Metropolis-Hastings ratio (proposal and prior probabilities). Moves
    depend only on the tree's own structure, so they are drawn in parallel
    before the sequential part.
@@ -33,9 +33,9 @@ recomputes them exactly from the trees, against the slow drift of rounding
 errors over long runs (`bartz.mcmcloop.run_mcmc` calls it every
 `bartz.mcmcloop.REFRESH_EVERY` iterations).
 
-Layout: the statistics of the moves live in `bartz.moves`, the data-axis
+Layout: the statistics of the moves live in `bartz.sampler.moves`, the data-axis
 kernels (scatter lanes, unbatched vmaps on CPU, data blocks) in
-`bartz.kernels`, the random numbers in `bartz._random`; this module holds
+`bartz.kernels`, the random numbers in `bartz.kernels.rng`; this module holds
 the state, `init`, the sweep and the other Gibbs updates. No draw depends on
 the number of CPU cores (the data blocks only change float rounding).
 
@@ -71,8 +71,11 @@ from jax import lax, random
 from jax import numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
-from bartz import _programs, grove, kernels, polyagamma
-from bartz._random import (  # noqa: F401 (fold_in is public here; the others are used by tests and peers)
+from bartz._compile import programs as _programs
+from bartz.forest import grove
+from bartz import kernels
+from bartz.sampler import polyagamma
+from bartz.kernels.rng import (  # noqa: F401 (fold_in is public here; the others are used by tests and peers)
     _gamma,
     _normal_from_words,
     _point_uniforms,
@@ -84,9 +87,9 @@ from bartz._random import (  # noqa: F401 (fold_in is public here; the others ar
     fold_in,
 )
 from bartz.kernels import _BLOCK_MIN_POINTS, _data_blocks, _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401
-from bartz.moves import ALL_KINDS, CHANGE, SWAP, move_probs_array
-from bartz.moves import Moves
-from bartz.moves import propose_tree as _propose_tree
+from bartz.sampler.moves import ALL_KINDS, CHANGE, SWAP, move_probs_array
+from bartz.sampler.moves import Moves
+from bartz.sampler.moves import propose_tree as _propose_tree
 
 __all__ = [
     'Dart',
@@ -297,12 +300,12 @@ def init(
         the Polya-Gamma variables (per chain), so `prec_weights` must be
         None.
     move_probs
-        The tree moves and their probabilities (see `bartz.moves`): None
+        The tree moves and their probabilities (see `bartz.sampler.moves`): None
         for the default ``{'grow': 0.25, 'prune': 0.25, 'change': 0.4,
         'swap': 0.1}`` (as BayesTree and dbarts), a sequence of names (their
         default probabilities, renormalised: ``('grow', 'prune')`` is the
         classical sampler), or a dict ``{name: probability}``. Validated
-        here (`bartz.moves.move_probs_array`); stored as an array, so
+        here (`bartz.sampler.moves.move_probs_array`); stored as an array, so
         changing a probability does not recompile, and with the set of
         kinds of positive probability (`MoveKinds`, static): only those are
         compiled.
@@ -413,7 +416,7 @@ def _init_dart(options: dict, max_split) -> Dart:
 
 
 def propose_moves(key, state: State) -> Moves:
-    """Propose a move (GROW, PRUNE, CHANGE or SWAP, see `bartz.moves`) for
+    """Propose a move (GROW, PRUNE, CHANGE or SWAP, see `bartz.sampler.moves`) for
     every tree at once."""
     forest = state.forest
     num_trees = forest.split_tree.shape[0]
@@ -455,7 +458,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     """Accept/reject the moves and redraw the leaves, one tree after the other.
 
     Per tree, one pass over the data. A move regroups the points of at most
-    two leaves into at most four cells (heap slots, `bartz.moves.Moves`);
+    two leaves into at most four cells (heap slots, `bartz.sampler.moves.Moves`);
     the pass sums the residuals by slot (one scatter), with weights also
     the precisions (the same scatter: every precision sum is fresh, never a
     difference of larger sums, which would lose all digits of a small leaf
@@ -510,7 +513,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # current value on each slot (its leaf's; for a cell, its current
     # leaf's), and the (at most two) cells whose points are counted: GROW's left cell,
     # CHANGE's two cells that change side, SWAP's cell that leaves the
-    # sibling (cells in `bartz.moves` order)
+    # sibling (cells in `bartz.sampler.moves` order)
     used = moves.cells >= 0  # (m, num_cells)
     slot = np.arange(heap_size, dtype=np.int32)  # a constant: an iota is a kernel of its own (an LLVM module)
     at_cell = jnp.clip(moves.cells, 0, heap_size - 1)

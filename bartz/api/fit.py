@@ -22,10 +22,16 @@ import jax
 import numpy as np
 import pandas as pd
 
-from bartz import _programs, _warn, buckets, grove, prepcovars, priors, sharding
-from bartz import encoding as encoding_mod
-from bartz import predict as predict_mod
-from bartz._checks import _check_bool, _check_int, _make_key
+from bartz import _warn
+from bartz._compile import programs as _programs
+from bartz.prep import sizes as buckets
+from bartz.forest import grove
+from bartz.prep import cutpoints as prepcovars
+from bartz.prep import priors
+from bartz.run import sharding
+from bartz.prep import encoding as encoding_mod
+from bartz.api import predict as predict_mod
+from bartz.prep.checks import _check_bool, _check_int, _make_key
 
 __all__ = ['STAGES', 'BARTFit', 'package', 'warn_convergence']
 
@@ -130,7 +136,7 @@ class BARTFit:
 
     def save(self, path) -> None:
         """Save the fit to ``path`` (see `bartz.io.save`); `bartz.load` reads it back."""
-        from bartz import io  # noqa: PLC0415
+        from bartz.api import io  # noqa: PLC0415
 
         io.save(self, path)
 
@@ -261,7 +267,7 @@ class BARTFit:
         Returns a DataFrame: the grid, then ``mean``, ``sd``, ``median``,
         ``lower``, ``upper``; binary fits on the probability scale.
         """
-        from bartz import partial  # noqa: PLC0415
+        from bartz.api import partial  # noqa: PLC0415
 
         return partial.partial_dependence(self, x, var, grid, kind=kind, level=level, max_memory=max_memory)
 
@@ -615,7 +621,7 @@ def package(
 
     The summaries (``yhat_train_mean``, ...) are float64, from the float32
     draws in the trees' standardised units, mapped to the data's units on
-    the host (`bartz.predict.to_data_units`): right also where float32
+    the host (`bartz.api.predict.to_data_units`): right also where float32
     cannot hold ``offset + scale * f`` or its sum over draws (y near 1e38
     or below 1e-38). The draws stay float32.
     """

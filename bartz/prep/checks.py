@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 from jax import numpy as jnp
 
-from bartz import _random, grove, sharding
-from bartz.encoding import numbers_from_object
-from bartz.moves import move_probs_array
+from bartz.kernels import rng as _random
+from bartz.forest import grove
+from bartz.run import sharding
+from bartz.prep.encoding import numbers_from_object
+from bartz.sampler.moves import move_probs_array
 
 
 def _check_int(name, value, minimum, *, allow_none=False):

@@ -1,0 +1,1 @@
+"""Trees as fixed-size heap arrays: traversal and evaluation of a forest."""
