@@ -55,7 +55,7 @@ for _name in ('buckets', 'compile_cache', 'encoding', 'estimators', 'grove', 'io
     sys.modules[f'{__name__}.{_name}'] = globals()[_name]
 del _name
 
-__version__ = '0.1.0'
+from bartz._version import __version__  # noqa: E402
 
 __all__ = [
     'BARTClassifier',

@@ -22,8 +22,9 @@ import jax
 import numpy as np
 import pandas as pd
 
-from bartz import _warn
+from bartz import _warn, diagnostics
 from bartz._compile import programs as _programs
+from bartz.api import _fitfile, partial
 from bartz.prep import sizes as buckets
 from bartz.forest import grove
 from bartz.prep import cutpoints as prepcovars
@@ -136,9 +137,7 @@ class BARTFit:
 
     def save(self, path) -> None:
         """Save the fit to ``path`` (see `bartz.io.save`); `bartz.load` reads it back."""
-        from bartz.api import io  # noqa: PLC0415
-
-        io.save(self, path)
+        _fitfile.write(self, path)
 
     # ------------------------------------------------------------ prediction
 
@@ -267,8 +266,6 @@ class BARTFit:
         Returns a DataFrame: the grid, then ``mean``, ``sd``, ``median``,
         ``lower``, ``upper``; binary fits on the probability scale.
         """
-        from bartz.api import partial  # noqa: PLC0415
-
         return partial.partial_dependence(self, x, var, grid, kind=kind, level=level, max_memory=max_memory)
 
     # ------------------------------------------------------------ summaries
@@ -353,8 +350,6 @@ class BARTFit:
         not the 100 that `gbart` checks) exceeds 1.05, or the bulk ESS of
         sigma is below 100 (see `bartz.diagnostics.convergence_problems`).
         """
-        from bartz import diagnostics  # noqa: PLC0415
-
         per_chain = self.ndpost // self.chains
         if per_chain < diagnostics.MIN_DRAWS:
             msg = (
@@ -405,8 +400,6 @@ class BARTFit:
         """R-hat, bulk and tail ESS of f at each row of `x` (``predict``
         draws), a chunk of rows at a time: never all ``ndpost`` times rows
         draws at once."""
-        from bartz import diagnostics  # noqa: PLC0415
-
         model, binning = predict_mod.from_fit(self)
         options = self._predict_options('draws', None, False, 0, grove.DEFAULT_MAX_MEMORY)
         m = predict_mod.num_rows(x)
@@ -430,8 +423,6 @@ class BARTFit:
         points of `bartz.diagnostics.check_points`, from ``yhat_train``, or,
         when it was not saved, from the trees at the binned training points
         `X` (None without `X`)."""
-        from bartz import diagnostics  # noqa: PLC0415
-
         sigma = None if priors.OUTCOME_TYPES[self.type].binary else self.by_chain('sigma_')
         points = diagnostics.check_points(self._n)
         if self.yhat_train is not None:
@@ -457,8 +448,6 @@ def warn_convergence(fit: BARTFit, X=None) -> None:
     stderr and records it in ``fit.run_info`` (as `package` does); any
     other failure is warned. After a Ctrl-C that stopped `package`, the
     check does not run."""
-    from bartz import diagnostics  # noqa: PLC0415
-
     info = fit.run_info
     if info is not None and info.interrupted_in in STAGES:  # the user asked to stop
         return
