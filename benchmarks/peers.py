@@ -8,10 +8,19 @@ Run from the repository root:
     .venv/bin/python benchmarks/peers.py --markdown --out-json out/peers.json
     .venv/bin/python benchmarks/peers.py --rounds 3 --peer-python /path/to/venv/bin/python
     .venv/bin/python benchmarks/peers.py --moves grow,prune --peer-python /path/to/venv/bin/python
+    .venv/bin/python benchmarks/peers.py --base-path /tmp/base --rounds 3 --sizes 1000,10000,100000
 
 ``--moves grow,prune`` runs this repo's bartz with R's birth/death sampler,
 the moves of bartz 0.13.0 (default: bartz's default moves, which add CHANGE
 and SWAP).
+
+``--base-path PATH`` (repeatable) adds the bartz of another source tree,
+for example a git worktree of the commit before a change, as an
+implementation "bartz at PATH": its workers are this script run by this
+interpreter (the same virtual environment) with ``PYTHONPATH=PATH``, so
+only the package differs, and they take turns with the others workload by
+workload like a peer; the column ``bartz/bartz at PATH`` is then the time
+of this tree over the base's (below 1: this tree is faster).
 
 Every measurement runs in a fresh subprocess: this repo's bartz with the
 interpreter running this script, each peer with the interpreter given by
@@ -212,12 +221,18 @@ def in_repo(path):
     return os.path.abspath(path).startswith(REPO + os.sep)
 
 
-def run_worker(python, spec, env_extra=None, *, ours=False, script=None):
+def imports_tree(bartz_file, tree):
+    """Whether `bartz_file` (a ``bartz.__file__``) is the package of source tree `tree`."""
+    return os.path.dirname(os.path.abspath(bartz_file)) == os.path.join(os.path.abspath(tree), 'bartz')
+
+
+def run_worker(python, spec, env_extra=None, *, ours=False, script=None, tree=None):
     """Run `worker(spec)` in a new process of `python`; return its result or {'error': ...}.
 
-    This repo's bartz runs from the repository root with it on PYTHONPATH.
-    Peers run isolated (``-I``: no PYTHONPATH, no script directory on
-    ``sys.path``) in a temporary directory, so ``import bartz`` finds theirs.
+    This repo's bartz (`ours`) runs from the source tree `tree` (default
+    this repository) with it on PYTHONPATH. Peers run isolated (``-I``: no
+    PYTHONPATH, no script directory on ``sys.path``) in a temporary
+    directory, so ``import bartz`` finds theirs.
     `script` (default this file) is the script run as ``script --worker
     SPEC``; it prints its result as the last JSON line of its output
     (``benchmarks/mixing.py`` uses this machinery with its own worker).
@@ -228,8 +243,8 @@ def run_worker(python, spec, env_extra=None, *, ours=False, script=None):
     env.update(env_extra or {})
     with tempfile.TemporaryDirectory(prefix='bartz-peers-') as tmp:
         if ours:
-            cmd, cwd = [python, script], REPO
-            env['PYTHONPATH'] = REPO
+            cmd, cwd = [python, script], tree or REPO
+            env['PYTHONPATH'] = tree or REPO
         else:
             cmd, cwd = [python, '-I', script], tmp
         cmd += ['--worker', json.dumps(spec)]
@@ -276,16 +291,19 @@ def plan(args):
     return work
 
 
-def run_workload(label, python, lib, name, fits, env, moves=None):
+def run_workload(label, python, lib, name, fits, env, moves=None, tree=None):
     """One workload in a fresh process: its result, with ``seconds``
-    (`moves`: the tree moves of this repo's bartz, None for its default)."""
+    (`moves`: the tree moves of this repo's bartz, None for its default;
+    `tree`: the source tree of this repo's bartz, None for this one)."""
     print(f'{label}: {name} ...', file=sys.stderr, flush=True)
     spec = {'lib': lib, 'fits': fits}
     if lib == OURS and moves:
         spec['moves'] = list(moves)
-    out = run_worker(python, spec, env, ours=lib == OURS)
-    if 'bartz_file' in out and in_repo(out['bartz_file']) != (lib == OURS):
-        out = {'error': f'wrong bartz imported: {out["bartz_file"]}'}
+    out = run_worker(python, spec, env, ours=lib == OURS, tree=tree)
+    if 'bartz_file' in out:
+        right = imports_tree(out['bartz_file'], tree or REPO) if lib == OURS else not in_repo(out['bartz_file'])
+        if not right:
+            out = {'error': f'wrong bartz imported: {out["bartz_file"]}'}
     if 'error' in out:
         print(f'  failed: {out["error"]}', file=sys.stderr, flush=True)
     elif name in ('new n', 'new p'):
@@ -316,13 +334,15 @@ def combine(outs, settings):
 
 
 def measure_all(implementations, args):
-    """Run every workload for every implementation ``(label, python, lib)``;
-    return {label: {workload: result}}.
+    """Run every workload for every implementation ``(label, python, lib)``
+    or ``(label, python, lib, tree)`` (`tree`: the source tree of this
+    repo's bartz, for ``--base-path``); return {label: {workload: result}}.
 
     The implementations take turns workload by workload (and round by
     round, ``--rounds``), so that a ratio compares runs minutes apart, not
     the two ends of an hour on a machine whose speed drifts."""
     work = plan(args)
+    implementations = [(*impl, None)[:4] for impl in implementations]
     platform_env = {'JAX_PLATFORMS': args.platform} if args.platform else {}
     caches = []
 
@@ -330,14 +350,15 @@ def measure_all(implementations, args):
         caches.append(tempfile.mkdtemp(prefix='bartz-cache-'))
         return {'BARTZ_CACHE_DIR': caches[-1]} if lib == OURS else {}
 
-    outs = {label: {name: [] for name in work} for label, _, _ in implementations}
+    outs = {label: {name: [] for name in work} for label, *_ in implementations}
     for r in range(args.rounds):
-        cold_cache = {label: fresh_cache(lib) for label, _, lib in implementations}
+        cold_cache = {label: fresh_cache(lib) for label, _, lib, _ in implementations}
         for name, (_, fits) in work.items():
-            for label, python, lib in implementations:
+            for label, python, lib, tree in implementations:
                 tag = label if args.rounds == 1 else f'{label} (round {r + 1} of {args.rounds})'
                 cache = cold_cache[label] if name in ('cold', 'second process') else fresh_cache(lib)
-                out = run_workload(tag, python, lib, name, fits, {**platform_env, **cache}, getattr(args, 'moves', None))
+                env = {**platform_env, **cache}
+                out = run_workload(tag, python, lib, name, fits, env, getattr(args, 'moves', None), tree)
                 outs[label][name].append(out)
     for cache in caches:
         shutil.rmtree(cache, ignore_errors=True)
@@ -366,6 +387,20 @@ def find_peers(pythons, kinds):
     labels = [p[0] for p in peers]
     peers = [(lbl if labels.count(lbl) == 1 else f'{lbl} ({py})', py, lib, i) for lbl, py, lib, i in peers]
     return peers, probes
+
+
+def find_bases(trees):
+    """The ``--base-path`` source trees as implementations ``(label, python,
+    OURS, tree)``, run by this interpreter, and their probes."""
+    bases, probes = [], {}
+    for tree in trees:
+        label = f'bartz at {tree}'
+        info = run_worker(sys.executable, {'probe': True}, ours=True, tree=tree)
+        if not imports_tree(info.get('bartz_file', ''), tree):
+            sys.exit(f'--base-path {tree}: its workers import {info.get("bartz_file") or info}, not its bartz')
+        bases.append((label, sys.executable, OURS, tree))
+        probes[label] = info
+    return bases, probes
 
 
 def cpu_model():
@@ -490,6 +525,13 @@ def main():
         help="tree moves of this repo's bartz, comma separated (grow,prune: R's birth/death sampler, as bartz "
         '0.13.0; default: its default moves)',
     )
+    parser.add_argument(
+        '--base-path',
+        action='append',
+        default=[],
+        help="a bartz source tree (e.g. a git worktree of the commit before a change) run as one more "
+        'implementation, with this interpreter and PYTHONPATH set to it (repeatable)',
+    )
     parser.add_argument('--quick', action='store_true', help='tiny settings, a smoke test')
     parser.add_argument('--platform', default='cpu', help="JAX_PLATFORMS of the workers ('' lets JAX choose)")
     parser.add_argument('--markdown', action='store_true', help='print the table as markdown')
@@ -513,11 +555,18 @@ def main():
         args.repeats = 2 if args.quick else 3
     kinds = [k for k in args.peers.split(',') if k]
     pythons = [p for item in args.peer_python for p in item.split(',') if p]
+    args.base_path = [os.path.abspath(tree) for tree in args.base_path]
+    for tree in args.base_path:
+        if not os.path.isfile(os.path.join(tree, 'bartz', '__init__.py')):
+            parser.error(f'--base-path must be a source tree with a bartz package, got {tree}')
 
     probes = {OURS_LABEL: run_worker(sys.executable, {'probe': True}, ours=True)}
+    bases, base_probes = find_bases(args.base_path)
+    probes.update(base_probes)
+    implementations = [(OURS_LABEL, sys.executable, OURS), *bases]
     peers, peer_probes = find_peers(pythons, kinds)
     probes.update({label: info for label, _, _, info in peers})
-    implementations = [(OURS_LABEL, sys.executable, OURS)] + [(label, python, lib) for label, python, lib, _ in peers]
+    implementations += [(label, python, lib) for label, python, lib, _ in peers]
     results = measure_all(implementations, args)
 
     try:
@@ -547,6 +596,8 @@ def main():
     if args.rounds > 1:
         print(f'times: the best of {args.rounds} rounds (implementations taking turns); note: the ratio in each round')
     print('ratios: bartz / peer (< 1: bartz faster)')
+    for tree in args.base_path:
+        print(f'bartz/bartz at {tree}: this tree over that one (< 1: this tree faster)')
     if args.out_json:
         os.makedirs(os.path.dirname(os.path.abspath(args.out_json)), exist_ok=True)
         with open(args.out_json, 'w') as f:

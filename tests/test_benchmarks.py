@@ -59,6 +59,33 @@ def test_peers_rejects_bad_moves(moves):
     assert expected in _peers_usage_error('--moves', moves)
 
 
+def test_peers_rejects_a_base_path_without_bartz(tmp_path):
+    expected = f'--base-path must be a source tree with a bartz package, got {tmp_path}'
+    assert expected in _peers_usage_error('--base-path', str(tmp_path))
+
+
+@pytest.mark.slow
+def test_peers_times_a_base_tree_beside_this_one(tmp_path):
+    """`peers.py --base-path` runs the bartz of another source tree (here a
+    copy of this one) through the same workloads, its workers importing
+    that tree's package, and prints the ratio of this tree over it."""
+    base = tmp_path / 'base'
+    shutil.copytree(os.path.join(REPO, 'bartz'), base / 'bartz', ignore=shutil.ignore_patterns('__pycache__'))
+    out = tmp_path / 'peers.json'
+    args = ('benchmarks/peers.py', '--quick', '--repeats', '1', '--base-path', str(base), '--out-json', str(out))
+    proc = _run_script(*args, drop_env=('XLA_FLAGS', 'JAX_COMPILATION_CACHE_DIR'))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    label = f'bartz at {base}'
+    assert f'bartz/{label}' in proc.stdout
+    results = json.loads(out.read_text())['results']
+    assert list(results) == ['bartz', label]
+    for name, result in results[label].items():
+        assert 'error' not in result, (name, result)
+        assert result['seconds'] > 0, name
+        assert result['bartz_file'] == str(base / 'bartz' / '__init__.py'), name
+    assert results['bartz']['cold']['bartz_file'] == os.path.join(REPO, 'bartz', '__init__.py')
+
+
 @pytest.mark.slow
 def test_kernels_attributes_the_loop_to_its_source():
     """`kernels.py` compiles a small fit, counts its LLVM modules, and finds
