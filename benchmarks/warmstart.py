@@ -48,7 +48,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bartz import gbart, warmstart  # noqa: E402
+from bartz import gbart  # noqa: E402
+from bartz.run import warmstart  # noqa: E402
 from bartz.diagnostics import ess_bulk, rhat  # noqa: E402
 
 
