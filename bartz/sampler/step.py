@@ -86,7 +86,9 @@ from bartz.kernels.rng import (  # noqa: F401 (fold_in is public here; the other
     _unit_float,
     fold_in,
 )
-from bartz.kernels import _BLOCK_MIN_POINTS, _data_blocks, _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401
+from bartz.kernels import _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401
+from bartz.kernels import cpu as _cpu
+from bartz.kernels.plan import SweepPlan, plan_sweep
 from bartz.sampler.moves import ALL_KINDS, CHANGE, SWAP, move_probs_array
 from bartz.sampler.moves import Moves
 from bartz.sampler.moves import propose_tree as _propose_tree
@@ -99,6 +101,8 @@ __all__ = [
     'State',
     'propose_moves',
     'StepInfo',
+    'SweepPlan',
+    'plan_sweep',
     'refresh',
     'chain_axes',
     'chain_fields',
@@ -148,6 +152,7 @@ class State(NamedTuple):
     logit_offset: jax.Array | None = None  # () float32: logistic (lbart) offset; None unless logistic
     move_probs: jax.Array | None = None  # (4,) float32: grow, prune, change, swap; None: the defaults
     move_kinds: 'MoveKinds | None' = None  # static: the kinds compiled (those with positive probability at init); None: all
+    plan: SweepPlan | None = None  # static: the sweep's kernels; None: `plan_sweep` for the shapes `step` traces
 
 
 @jax.tree_util.register_static
@@ -247,6 +252,7 @@ def init(
     dart: dict | None = None,
     logit_offset: float | None = None,
     move_probs=None,
+    plan: SweepPlan | None = None,
 ) -> State:
     """Make the initial state: every tree a single leaf with value 0.
 
@@ -313,6 +319,13 @@ def init(
         Optional ``(n,)`` bool mask of real points. Other points (padding, so
         that ``n`` divides among devices) get leaf index 0, an unused heap
         slot, and so never enter any sum; their ``y`` must be 0.
+    plan
+        The sweep's kernels (`bartz.kernels.plan.SweepPlan`, static: part of
+        the state's tree structure). None (the default): `step` plans for
+        the points it sees (on each device, inside ``shard_map``), the
+        backend and the weights, before tracing the sweep. Give one (from
+        `plan_sweep`, changed with `dataclasses.replace`) to force a path;
+        every plan draws the same chain, up to float rounding.
     """
     # built with numpy and moved to the device at the end with device_put:
     # eager jnp operations (jnp.array of a numpy array too) each compile a
@@ -388,6 +401,7 @@ def init(
         dart=None if dart is None else _init_dart(dart, max_split),
         logit_offset=np.float32(logit_offset) if logistic else None,
         move_probs=move_probs_array(move_probs),
+        plan=plan,
     )
     state = state._replace(move_kinds=_move_kinds(state.move_probs, max_split, max_depth, state.log_s, state.dart))
     # distinct device buffers for every field, so that the state can be donated
@@ -454,7 +468,7 @@ def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
     return 0.5 * jnp.log(inv_tau2 / post_prec) + 0.5 * scaled_sum**2 / post_prec
 
 
-def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
+def _sweep_trees(key, state: State, moves: Moves, data_axis=None, plan: SweepPlan | None = None):
     """Accept/reject the moves and redraw the leaves, one tree after the other.
 
     Per tree, one pass over the data. A move regroups the points of at most
@@ -493,6 +507,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     """
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
+    if plan is None:
+        plan = plan_for(state, data_axis)
     # one RNG call: the acceptance uniforms and the leaf noise
     log_u, noise = _accept_and_noise(key, num_trees, heap_size)
     inv_sigma2 = 1.0 / state.sigma2
@@ -538,20 +554,20 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # the data axis in blocks, processed by independent kernels that XLA's
     # CPU runtime runs in parallel (its scatter uses one thread)
     n = state.resid.shape[0]
-    bounds = _data_blocks(n)
+    bounds = plan.blocks
     weights = [None if prec_weights is None else prec_weights[start:stop] for start, stop in bounds]
     # small n on CPU, and GPUs: the counts come from one more column of the
     # per-leaf sums (about free), not from masked reductions (several
     # kernels each, which at small n cost more than the data); large n on
     # CPU: the reductions (a second scatter column costs a pass over the
     # data) (`kernels.counts_in_sums`)
-    count_in_scatter = kernels.counts_in_sums(n, len(bounds))
+    count_in_scatter = plan.count_in_scatter
     keep_prec = forest.leaf_prec is not None  # (a logistic state has none)
     # without weights, when the scatter counts the points, the loop carries
     # the residuals beside a column of ones: the scatter reads its two
     # columns as they are, instead of a copy stacked for every tree (one
     # pass over the data and one kernel less per tree)
-    stacked = count_in_scatter and not weighted
+    stacked = plan.stacked
     # at one data block (small n, where a tree costs what its kernels
     # cost), three changes take 20 kernels per tree to 17: the loop carries
     # a tree's cells with the scatter's lanes already in their low bits
@@ -561,7 +577,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # enters split by its last axis. With several blocks the first made warm
     # fits slower (1.13 times at n = 100,000) and the others did not help
     # (2026-11-26, benchmarks/README.md): that path is unchanged
-    one_block = len(bounds) == 1
+    one_block = plan.one_block
     # without the counts in the scatter, the points of the (at most two)
     # counted cells: by masked sums in each data block at one or two
     # blocks (one: on GPUs from 2**24 points); at more (16 on CPU), where
@@ -569,7 +585,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # once (2026-11-27: warm fits 0.90-0.92 times the time at n = 100,000,
     # where one kernel at two blocks took 1.07 times the time at 40,000;
     # benchmarks/README.md)
-    count_by_block = len(bounds) <= 2
+    count_by_block = plan.count_by_block
 
     # where the final leaves of the points are written: at several data
     # blocks (CPU from 2**15 points, compiled at LLVM level 3), in one pass
@@ -580,7 +596,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # before it, in the few kernels of its data pass (after the loop, the
     # pass over all trees, at level 1, which does not vectorise it, made
     # warm fits 1.1 times slower at n = 1,000; benchmarks/README.md)
-    write_in_loop = one_block
+    write_in_loop = plan.write_in_loop
     # the previous tree's cells, which its change in the residuals reads:
     # at one block, carried from its data pass with the lanes in their low
     # bits; at several, sliced again from the cells (read only in the
@@ -588,7 +604,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # copies per block and tree (XLA's copy insertion), 32 of the 134
     # kernels of a tree at 16 blocks (warm fits 0.97-0.99 times the time
     # at n = 40,000 and 100,000; benchmarks/README.md)
-    carry_rows = one_block
+    carry_rows = plan.carry_rows
 
     def tree_row(cells, j, start, stop):
         """Points ``start:stop`` of tree `j`'s row of `cells` (``(m, n)``)."""
@@ -609,8 +625,8 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             rows = [tree_row(cell_indices, j, start, stop) for start, stop in bounds]
         for (start, _), block_resid, row in zip(bounds, resid, rows, strict=True):
             if one_block:
-                row = kernels.unlane(row, heap_size)
-            change = _lookup(delta, row)
+                row = kernels.unlane(row, heap_size, plan=plan)
+            change = _lookup(delta, row, plan=plan)
             if stacked:  # (the ones stay exact: 1 + 0)
                 change = jnp.stack([change, jnp.zeros_like(change)], axis=1)
             out.append(block_resid + change)
@@ -642,20 +658,20 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         for (start, stop), block_resid, block_weights in zip(bounds, resid, weights, strict=True):
             row = tree_row(cells, j, start, stop)
             if one_block:
-                row = kernels.lane_indices(row, heap_size, lane)
+                row = kernels.lane_indices(row, heap_size, lane, plan=plan)
             rows.append(row)
             if stacked:
-                block_sums = _leaf_sums(row, block_resid, heap_size, laned=one_block)
+                block_sums = _leaf_sums(row, block_resid, heap_size, laned=one_block, plan=plan)
             else:
                 columns = [block_resid * block_weights, block_weights] if weighted else [block_resid]
                 if count_in_scatter:
-                    if weighted and kernels._on_cpu():
+                    if plan.pad_columns:
                         # a column of zeros (unread): XLA's CPU scatter adds
                         # a row of 4 floats as one vector, one of 3 float by
                         # float (weighted fits at n = 1,000: 0.72 times the time)
                         columns.append(jnp.zeros_like(block_resid))
                     columns.append(jnp.ones_like(block_resid))
-                block_sums = _leaf_sums(row, jnp.stack(columns, axis=1), heap_size, laned=one_block)
+                block_sums = _leaf_sums(row, jnp.stack(columns, axis=1), heap_size, laned=one_block, plan=plan)
             if count_in_scatter:
                 # (one block: split by `tree_stats`)
                 sums = block_sums
@@ -663,7 +679,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
             sums = sums + block_sums
             if count_by_block:
                 if one_block:
-                    row = kernels.unlane(row, heap_size)
+                    row = kernels.unlane(row, heap_size, plan=plan)
                 hits = [row.astype(jnp.int32) == counted[a] for a in range(2)]
                 if stop - start <= 2**24:
                     # a float sum of 0/1 is exact up to 2**24 and faster than XLA's int reduction
@@ -849,7 +865,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # 0.99 at 15,000, 1.04 at 20,000, where the concurrent mode's overlap
     # of the residual update with the other kernels pays; at several data
     # blocks, where the data pass has a hundred kernels, no faster)
-    split_body = _SPLIT_TREE_LOOP and kernels._on_cpu() and data_axis is None and n < _SPLIT_MAX_POINTS
+    split_body = plan.split_body
     # (true, but not to XLA: computed once, outside the loop; the
     # conditionals only split the body in executors of a few kernels each,
     # which XLA's CPU runtime runs one after the other on one thread,
@@ -858,7 +874,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # (at one data block, the scatter's lane of each point: formed once,
     # outside the loop, behind a barrier that keeps XLA from forming it
     # again inside; `kernels.lane_pattern`)
-    lane = lax.optimization_barrier(kernels.lane_pattern(n, heap_size) if one_block else None)
+    lane = lax.optimization_barrier(kernels.lane_pattern(n, heap_size, plan=plan) if one_block else None)
     resid_blocks = tuple(
         jnp.stack([state.resid[start:stop], jnp.ones(stop - start, jnp.float32)], axis=1) if stacked else state.resid[start:stop]
         for start, stop in bounds
@@ -867,7 +883,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
         np.uint32(0),  # (unsigned tree index: no wrap of negative indices in the slices)
         resid_blocks,
         cell_indices if write_in_loop else None,
-        tuple(kernels.lane_indices(cell_indices[0, start:stop], heap_size, lane) for start, stop in bounds) if carry_rows else None,
+        tuple(kernels.lane_indices(cell_indices[0, start:stop], heap_size, lane, plan=plan) for start, stop in bounds) if carry_rows else None,
         jnp.zeros((heap_size, num_columns), jnp.float32),
         jnp.zeros((num_trees, heap_size, num_columns), jnp.float32),
     )
@@ -878,14 +894,12 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     # 10,000, 0.81 at 20,000; 0.91 at 2,000 and 0.96 at 1,000, where its
     # larger program compiles about 0.4 s longer in a first fit of 3.5 s:
     # from `_PAIR_MIN_POINTS`; benchmarks/README.md)
-    pair_loop = (
-        _PAIR_MIN_POINTS <= n and stacked and one_block and data_axis is None and kernels._on_cpu() and num_trees % 2 == 0
-    )
+    pair_loop = plan.pair_loop
     if pair_loop:
         max_cell = jnp.maximum(jnp.max(jnp.where(moves.identity, slot, 0), axis=1), jnp.max(moves.cells, axis=1))
-        eligible = jnp.all((max_cell < _PAIR_CELLS).reshape(num_trees // 2, 2), axis=1) & _PAIR_SHARED
+        eligible = jnp.all((max_cell < _PAIR_CELLS).reshape(num_trees // 2, 2), axis=1) & plan.pair_shared
         resid, leaf_indices, outs = _pair_sweep(
-            resid_blocks, cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns
+            resid_blocks, cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns, plan
         )
     else:
         _, *carry, outs = lax.while_loop(lambda carry: carry[0] < num_trees, body, carry)
@@ -933,7 +947,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None):
     return state._replace(forest=forest, resid=resid), info
 
 
-def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns):
+def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns, plan):
     """The loop over trees of `_sweep_trees`, by pairs of trees.
 
     A pair whose cells are all slots below `_PAIR_CELLS` (`eligible`, one
@@ -973,8 +987,8 @@ def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_
     # with uint8 lanes this kernel did (warm fits at n = 10,000: 0.90 times
     # the time of the loop of `_sweep_trees` split, 0.79 not;
     # benchmarks/README.md)
-    lane_shift = kernels._scatter_lanes(n, bins).bit_length() - 1
-    lane = kernels.lane_pattern(n, bins)
+    lane_shift = plan.num_lanes(bins).bit_length() - 1
+    lane = kernels.lane_pattern(n, bins, plan=plan)
     wide_lane = None if lane is None else lax.optimization_barrier(lane.astype(jnp.uint32))
 
     def laned(index):
@@ -990,7 +1004,7 @@ def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_
         return lax.dynamic_index_in_dim(leaf_indices, j, 0, keepdims=False)
 
     def with_change(resid, *row_deltas):
-        change = sum(_lookup(delta, row) for row, delta in row_deltas)
+        change = sum(_lookup(delta, row, plan=plan) for row, delta in row_deltas)
         return resid + jnp.stack([change, jnp.zeros_like(change)], axis=1)
 
     def final_row(leaf_indices, row, j, out, first):
@@ -1020,7 +1034,7 @@ def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_
         the first tree's cells), with the first tree's sums."""
         row_t, row_u = tree_row(leaf_indices, j), tree_row(leaf_indices, u)
         index = jnp.where(pair, (row_t << cell_bits) | row_u, row_t)
-        sums = _leaf_sums(laned(index), resid, bins, laned=True)
+        sums = _leaf_sums(laned(index), resid, bins, laned=True, plan=plan)
         by_pair = sums[: cells * cells].reshape(cells, cells, 2)
         first = jnp.where(pair, by_slot(jnp.sum(by_pair, axis=1)), sums[:heap_size])
         return row_t, row_u, sums, first
@@ -1037,7 +1051,7 @@ def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_
         """The second tree's sums from a pass over the residuals with the
         first tree's change (not written: `finish` applies both trees' changes)."""
         resid = with_change(resid, (row_t, out_t[:, -1]))
-        return _leaf_sums(laned(row_u), resid, bins, laned=True)[:heap_size]
+        return _leaf_sums(laned(row_u), resid, bins, laned=True, plan=plan)[:heap_size]
 
     # XLA's CPU runtime runs an executor of at most 8 kernels in order on
     # one thread, a larger one in its concurrent mode, which hands kernels
@@ -1087,9 +1101,7 @@ def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_
     return (block,), leaf_indices, outs
 
 
-_PAIR_MIN_POINTS = 2**12
 _PAIR_CELLS = 8  # (cells per tree of a shared pass: pairs of cells ``8 a + b`` below 64)
-_PAIR_SHARED = True  # (a knob for the tests: False, every pair takes two passes)
 
 
 def _row_accepted(row):
@@ -1108,8 +1120,6 @@ def _final_leaves(cells, remapped, accepted):
     return kernels.replace_indices(cells, [remapped[..., 0, c, None] for c in range(2)], [to[..., c, None] for c in range(2)])
 
 
-_SPLIT_TREE_LOOP = True  # (a knob for the tests: the split loop body gives the same draws)
-_SPLIT_MAX_POINTS = 2**14  # (below `kernels._BLOCK_MIN_POINTS`: one data block)
 
 
 class _TreeInputs(NamedTuple):
@@ -1299,6 +1309,21 @@ def _draw_dart(key, state: State) -> State:
     )
 
 
+def plan_for(state: State, data_axis: str | None = None) -> SweepPlan:
+    """The sweep's plan of a (single-chain) `state`: its own, checked
+    against its shapes, or `plan_sweep` for the points it holds (on this
+    device, under ``shard_map``), its weights and its trees."""
+    n = state.resid.shape[0]
+    weighted = state.prec_weights is not None
+    plan = state.plan
+    if plan is None:
+        return plan_sweep(n, weighted=weighted, sharded=data_axis is not None, num_trees=state.forest.leaf_tree.shape[0])
+    if plan.n != n or (plan.stacked and weighted) or ((plan.pair_loop or plan.split_body) and data_axis is not None):
+        msg = f'the state\'s plan does not fit it ({n} points, weighted={weighted}, data_axis={data_axis!r}): {plan}'
+        raise ValueError(msg)
+    return plan
+
+
 def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple[State, StepInfo]:
     """One full Gibbs sweep: all trees, then the error variance or latents.
 
@@ -1319,7 +1344,7 @@ def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple
     """
     key_moves, key_sweep, key_last, key_dart = _split(key, 4)
     moves = propose_moves(key_moves, state)
-    state, info = _sweep_trees(key_sweep, state, moves, data_axis)
+    state, info = _sweep_trees(key_sweep, state, moves, data_axis, plan_for(state, data_axis))
     if state.dart is not None:
         state = _draw_dart(key_dart, state)
     if state.logit_offset is not None:
@@ -1436,6 +1461,7 @@ def refresh(state: State, *, data_axis: str | None = None) -> State:
     forest = state.forest
     num_trees, n = forest.leaf_indices.shape
     heap_size = forest.leaf_tree.shape[1]
+    plan = plan_for(state, data_axis)
     group = _largest_divisor(num_trees, 8)  # trees per loop iteration: few kernels, a small program
 
     def add_trees(g, fx):
@@ -1443,7 +1469,7 @@ def refresh(state: State, *, data_axis: str | None = None) -> State:
         values = lax.dynamic_slice_in_dim(forest.leaf_tree, g * group, group)
         # sequential over the group's trees: the same rounding for any group size
         for k in range(group):
-            fx = fx + _lookup(values[k], rows[k])
+            fx = fx + _lookup(values[k], rows[k], plan=plan)
         return fx
 
     fx = lax.fori_loop(0, num_trees // group, add_trees, jnp.zeros(n, jnp.float32))
@@ -1452,6 +1478,6 @@ def refresh(state: State, *, data_axis: str | None = None) -> State:
     resid = jnp.where(real, target.astype(jnp.float32) - fx, 0.0)
     if forest.leaf_prec is not None:
         weights = jnp.where(real, state.prec_weights, 0.0)
-        leaf_prec = lax.map(lambda row: _leaf_sums(row, weights, heap_size), forest.leaf_indices)
+        leaf_prec = lax.map(lambda row: _leaf_sums(row, weights, heap_size, plan=plan), forest.leaf_indices)
         forest = forest._replace(leaf_prec=_psum(leaf_prec, data_axis))
     return state._replace(resid=resid, forest=forest)
