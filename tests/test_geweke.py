@@ -364,12 +364,12 @@ def test_geweke_has_power(error, monkeypatch):
 
 
 @pytest.mark.parametrize('kind', ['continuous', pytest.param('probit', marks=pytest.mark.slow)])
-def test_geweke_pairs_of_trees(monkeypatch, kind):
+def test_geweke_pairs_of_trees(kind):
     """The loop over trees by pairs (`bartz.mcmcstep._pair_sweep`, on CPU
     from `_PAIR_MIN_POINTS` points; forced here) keeps the joint law: with
     4 trees of at most 4 levels, a pair of trees of at most 3 levels
     shares a pass over the data (the second tree's sums corrected by the
     first tree's change), a pair with a deeper tree takes two passes."""
-    monkeypatch.setattr(mcmcstep, '_PAIR_MIN_POINTS', 0)
-    pvalues = geweke_pvalues(kind, 2, MOVE_SETTINGS['default-moves'], make_successive_runner())
+    plan = mcmcstep.plan_sweep(N_POINTS, num_trees=NUM_TREES).replace(pair_loop=True)
+    pvalues = geweke_pvalues(kind, 2, {**MOVE_SETTINGS['default-moves'], 'plan': plan}, make_successive_runner())
     assert_passes(pvalues, f'{kind}, pairs of trees')

@@ -802,8 +802,27 @@ def test_bookkeeping_every_move_several_chains(binary, weighted, padded):
 
 def run_fresh(seed, state):
     """`run_data_chunk` from a fresh function, so that jit traces again
-    with the patched modules."""
+    (a state's plan, or its move kinds, are part of its tree structure:
+    another plan traces another program anyway)."""
     return jax.jit(lambda key, state: run_data_chunk.__wrapped__(key, state))(random.key(seed), state)
+
+
+# three uneven data blocks, with padding inside them (`with_blocks`)
+DATA_BLOCKS = ((0, 61), (61, 140), (140, DATA_N))
+
+
+def with_plan(state, **changes):
+    """`state` with the plan `step` would make for it, with `changes`."""
+    return state._replace(plan=mcmcstep.plan_for(state).replace(**changes))
+
+
+def with_blocks(state, blocks=DATA_BLOCKS, **changes):
+    """`state` planned for the CPU's large-n path at small n: several data
+    blocks, the counts by reductions (over the whole row at more than two
+    blocks), the final leaves written after the loop."""
+    return with_plan(
+        state, blocks=blocks, count_in_scatter=False, stacked=False, count_by_block=len(blocks) <= 2, pair_loop=False, **changes
+    )
 
 
 def assert_same_chain(a, b):
@@ -817,7 +836,7 @@ def assert_same_chain(a, b):
 
 
 @pytest.mark.parametrize(('weighted', 'blocked'), [(False, False), pytest.param(True, True, marks=pytest.mark.slow)])
-def test_grow_prune_compiled_alone(monkeypatch, weighted, blocked):
+def test_grow_prune_compiled_alone(weighted, blocked):
     """With GROW and PRUNE alone, the step compiled for those two kinds
     (`mcmcstep.MoveKinds`: no CHANGE or SWAP code, two cells per move) runs
     the chain of the step compiled for all four kinds with the same
@@ -828,7 +847,8 @@ def test_grow_prune_compiled_alone(monkeypatch, weighted, blocked):
     state = data_state(7, weighted=weighted, valid=valid, moves='gp')
     assert state.move_kinds.enabled == (True, True, False, False)
     if blocked:
-        monkeypatch.setattr(mcmcstep, '_data_blocks', lambda n: [(0, 61), (61, 140), (140, n)])
+        state = with_blocks(state)
+        assert not state.plan.write_in_loop
     alone, info = run_fresh(7, state)
     every, _ = run_fresh(7, state._replace(move_kinds=None))
     check_state(alone, DATA_MIN_POINTS, valid)
@@ -839,29 +859,28 @@ def test_grow_prune_compiled_alone(monkeypatch, weighted, blocked):
 
 # (weighted: with the slow tests, 30 s of compilation)
 @pytest.mark.parametrize('weighted', [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
+def test_blocks_and_lanes_do_not_change_the_chain(weighted):
     """Large-n code paths of the sweep give the same chain as the plain one.
 
     On CPU with many points, the sweep splits the data into blocks processed
     by independent kernels, and the scatter-add spreads points over several
-    copies of the bins (`bartz.kernels._data_blocks`, `bartz.kernels._leaf_sums`).
+    copies of the bins (`SweepPlan.blocks`, `SweepPlan.lanes`).
     At more than two blocks the points of the counted cells are counted
     over the whole row (`bartz.kernels.count_equal`), not block by block,
     and at several blocks the final leaves of all trees are set after the
     loop over trees (`bartz.mcmcstep._final_leaves`), not by each tree
     inside it.
-    Forced on (3 uneven blocks) and off (no copies) at small n, they must
+    Forced by the plan on (3 uneven blocks) and off (no copies) at small n, they must
     give the same trees and, up to float rounding, the same values; the
     cached quantities must stay consistent.
     """
     valid = np.ones(DATA_N, bool)
     valid[[3, 77, 150]] = False  # padding inside the blocks
     state = data_state(5, weighted=weighted, valid=valid)
-    monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', 2**62)
-    plain, _ = run_fresh(5, state)
-    monkeypatch.setattr(mcmcstep, '_data_blocks', lambda n: [(0, 61), (61, 140), (140, n)])
-    monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', 0)
-    blocked, info = run_fresh(5, state)
+    plain, _ = run_fresh(5, with_plan(state, lanes=False))
+    blocked_state = with_blocks(state, lanes=True)
+    assert blocked_state.plan.lanes and not blocked_state.plan.count_by_block
+    blocked, info = run_fresh(5, blocked_state)
     check_state(blocked, DATA_MIN_POINTS, valid)
     assert int(np.sum(info.grow_accepted)) > 10
     assert_same_chain(plain, blocked)
@@ -871,17 +890,16 @@ def test_blocks_and_lanes_do_not_change_the_chain(monkeypatch, weighted):
 @pytest.mark.parametrize(
     'binary, weighted', [(False, False), pytest.param(True, False, marks=pytest.mark.slow), pytest.param(False, True, marks=pytest.mark.slow)]
 )
-def test_split_tree_loop_does_not_change_the_chain(monkeypatch, binary, weighted):
+def test_split_tree_loop_does_not_change_the_chain(binary, weighted):
     """On CPU at one data block, the loop over trees runs each tree's pass
     over the data and its statistics in two conditionals whose predicate
     is always true (executors of a few kernels, which XLA's CPU runtime
     runs in order on one thread): the same chain bit for bit as the loop
     body written out."""
-    assert DATA_N < mcmcstep._SPLIT_MAX_POINTS
     state = data_state(9, binary=binary, weighted=weighted)
+    assert mcmcstep.plan_for(state).split_body
     split, info = run_fresh(9, state)
-    monkeypatch.setattr(mcmcstep, '_SPLIT_TREE_LOOP', False)
-    plain, _ = run_fresh(9, state)
+    plain, _ = run_fresh(9, with_plan(state, split_body=False))
     assert int(np.sum(info.grow_accepted)) > 10
     for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(split), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -904,12 +922,12 @@ def run_traced(seed, state):
 
 
 @pytest.mark.parametrize('shared', [True, False])
-def test_pairs_of_trees_couple_with_the_tree_loop(monkeypatch, shared):
-    """On CPU at one data block without weights, from `_PAIR_MIN_POINTS`
-    points, the loop over trees goes by pairs (`mcmcstep._pair_sweep`): a
+def test_pairs_of_trees_couple_with_the_tree_loop(shared):
+    """On CPU at one data block without weights, from
+    `bartz.kernels.plan.PAIR_MIN_POINTS` points, the loop over trees goes by pairs (`mcmcstep._pair_sweep`): a
     pair of trees of at most 3 levels shares one pass over the data (the
     second tree's sums corrected by the first tree's change), another takes
-    two (all pairs with ``shared`` False). Forced at small n, with padding:
+    two (all pairs with ``shared`` False). Forced by the plan at small n, with padding:
     the cached quantities stay consistent with the trees, both kinds of
     pair occur, and the chains of 4 seeds couple with those of the loop tree
     by tree (the programs sum in another order: the same decisions up to a
@@ -919,13 +937,11 @@ def test_pairs_of_trees_couple_with_the_tree_loop(monkeypatch, shared):
     valid[[3, 77, 150]] = False
     seeds = range(4)
     states = [data_state(seed, valid=valid) for seed in seeds]
-    monkeypatch.setattr(mcmcstep, '_PAIR_MIN_POINTS', 2**62)
+    assert not any(mcmcstep.plan_for(state).pair_loop for state in states)
     trees = [run_traced(seed, state)[1] for seed, state in zip(seeds, states)]
-    monkeypatch.setattr(mcmcstep, '_PAIR_MIN_POINTS', 0)
-    monkeypatch.setattr(mcmcstep, '_PAIR_SHARED', shared)
     pairs = []
     for seed, state in zip(seeds, states):
-        final, trace = run_traced(seed, state)
+        final, trace = run_traced(seed, with_plan(state, pair_loop=True, pair_shared=shared))
         check_state(final, DATA_MIN_POINTS, valid)
         pairs.append(trace)
     (var_a, split_a, leaf_a, sigma2_a), (var_b, split_b, leaf_b, sigma2_b) = (
@@ -1026,45 +1042,47 @@ def test_run_mcmc_dispatches_the_next_call_before_reading(monkeypatch):
 
 # (weighted: with the slow tests, 30 s of compilation)
 @pytest.mark.parametrize('weighted', [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_gpu_kernels_do_not_change_the_chain(monkeypatch, weighted):
+def test_gpu_kernels_do_not_change_the_chain(weighted):
     """The kernels the sweep uses off CPU (per-leaf sums as a masked
-    reduction, the points per leaf counted in its last column), forced on
-    CPU at small n, give the chain of the CPU kernels: the same trees and,
-    up to float rounding, the same values."""
+    reduction, the points per leaf counted in its last column, plain vmaps),
+    forced on CPU at small n by a GPU plan, give the chain of the CPU
+    kernels: the same trees and, up to float rounding, the same values."""
     state = data_state(7, weighted=weighted)
     cpu, _ = run_fresh(7, state)
-    monkeypatch.setattr(kernels, '_on_cpu', lambda: False)
-    monkeypatch.setattr(kernels, '_REDUCE_MIN_POINTS', 0)
-    assert kernels.counts_in_sums(2**20, 1)
-    off_cpu, info = run_fresh(7, state)
+    gpu = mcmcstep.plan_sweep(DATA_N, backend='gpu', weighted=weighted, num_trees=DATA_TREES)
+    # (at small n a GPU scatters; from 4,096 points it reduces)
+    assert not gpu.masked_sums and mcmcstep.plan_sweep(4096, backend='gpu').masked_sums
+    assert mcmcstep.plan_sweep(2**20, backend='gpu').count_in_scatter
+    assert gpu.one_block and not (gpu.split_body or gpu.pair_loop or gpu.unbatched or gpu.pad_columns)
+    off_cpu, info = run_fresh(7, state._replace(plan=gpu.replace(masked_sums=True, lanes=False)))
     check_state(off_cpu, DATA_MIN_POINTS)
     assert int(np.sum(info.grow_accepted)) > 10
     assert_same_chain(cpu, off_cpu)
 
 
-@pytest.mark.parametrize('lanes_from', [0, 2**62])
-def test_laned_indices(monkeypatch, lanes_from):
+@pytest.mark.parametrize('lanes', [True, False])
+def test_laned_indices(lanes):
     """The sweep carries a tree's cells with the scatter's lanes in their
     low bits (`kernels.lane_indices`): reading them back (`unlane`) gives
     the cells, and the scatter of laned indices equals the plain one bit
     for bit, with and without lanes; with the lanes formed once
     (`kernels.lane_pattern`), the same laned indices."""
-    monkeypatch.setattr(kernels, '_SCATTER_LANES_MIN_POINTS', lanes_from)
     rng = np.random.default_rng(5)
     n = 1000
+    plan = mcmcstep.plan_sweep(n).replace(lanes=lanes)
     indices = jnp.asarray(rng.integers(0, 64, size=n), jnp.uint8)
     values = jnp.asarray(rng.normal(size=(n, 2)), jnp.float32)
-    laned = kernels.lane_indices(indices, 64)
+    laned = kernels.lane_indices(indices, 64, plan=plan)
     assert laned.dtype == jnp.uint8
     # (the lanes formed once, as the sweep's loop reads them: the same)
-    np.testing.assert_array_equal(kernels.lane_indices(indices, 64, kernels.lane_pattern(n, 64)), laned)
-    np.testing.assert_array_equal(kernels.unlane(laned, 64), indices)
-    if lanes_from == 0:  # 4 lanes: the low two bits cycle over the points
+    np.testing.assert_array_equal(kernels.lane_indices(indices, 64, kernels.lane_pattern(n, 64, plan=plan), plan=plan), laned)
+    np.testing.assert_array_equal(kernels.unlane(laned, 64, plan=plan), indices)
+    if lanes:  # 4 lanes: the low two bits cycle over the points
         np.testing.assert_array_equal(np.asarray(laned) & 3, np.arange(n) % 4)
     else:
         np.testing.assert_array_equal(laned, indices)
-    plain = jax.jit(lambda i, v: mcmcstep._leaf_sums(i, v, 64))(indices, values)
-    from_laned = jax.jit(lambda i, v: mcmcstep._leaf_sums(i, v, 64, laned=True))(laned, values)
+    plain = jax.jit(lambda i, v: kernels.leaf_sums(i, v, 64, plan=plan))(indices, values)
+    from_laned = jax.jit(lambda i, v: kernels.leaf_sums(i, v, 64, laned=True, plan=plan))(laned, values)
     np.testing.assert_array_equal(from_laned, plain)
 
 
@@ -1097,9 +1115,9 @@ def test_leaf_sums_and_lookup_under_vmap(num, n):
     values = jnp.asarray(rng.normal(size=(num, n)), jnp.float32)
     table = jnp.asarray(rng.normal(size=(num, 64)), jnp.float32)
     sums = jax.jit(jax.vmap(lambda i, v: mcmcstep._leaf_sums(i, v, 64)))(indices, values)
-    masked = jax.jit(jax.vmap(lambda i, v: kernels._masked_leaf_sums(i, v, 64)))(indices, values)
+    masked = jax.jit(jax.vmap(lambda i, v: kernels.gpu.masked_leaf_sums(i, v, 64)))(indices, values)
     # two columns at once, as the sweep asks
-    pairs = jax.jit(jax.vmap(lambda i, v: kernels._masked_leaf_sums(i, jnp.stack([v, 2 * v], axis=1), 64)))(
+    pairs = jax.jit(jax.vmap(lambda i, v: kernels.gpu.masked_leaf_sums(i, jnp.stack([v, 2 * v], axis=1), 64)))(
         indices, values
     )
     looked = jax.jit(jax.vmap(mcmcstep._lookup))(table, indices)

@@ -35,7 +35,7 @@ class SweepPlan:
     Static (part of a `bartz.mcmcstep.State`'s tree structure when a state
     carries one, never an array), so that the compiled step, and the key of
     the programs stored on disk, depend on it. Build one with `plan_sweep`
-    and change a field with `dataclasses.replace` to force a path (tests).
+    and change a field with `replace` to force a path (tests).
     """
 
     backend: str  # the platform the sweep is traced for ('cpu', 'gpu', ...)
@@ -68,6 +68,10 @@ class SweepPlan:
         """Whether the loop carries a tree's (laned) cells to the next tree
         (one block), else the next tree slices them again."""
         return self.one_block
+
+    def replace(self, **changes) -> 'SweepPlan':
+        """This plan with `changes` to its fields (a test forcing a path)."""
+        return dataclasses.replace(self, **changes)
 
     def num_lanes(self, size: int) -> int:
         """Copies of `size` bins that a scatter uses (1: no lanes; uint8 indices)."""

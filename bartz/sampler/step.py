@@ -102,6 +102,7 @@ __all__ = [
     'propose_moves',
     'StepInfo',
     'SweepPlan',
+    'plan_for',
     'plan_sweep',
     'refresh',
     'chain_axes',
@@ -324,7 +325,7 @@ def init(
         the state's tree structure). None (the default): `step` plans for
         the points it sees (on each device, inside ``shard_map``), the
         backend and the weights, before tracing the sweep. Give one (from
-        `plan_sweep`, changed with `dataclasses.replace`) to force a path;
+        `plan_sweep`, changed with its ``replace``) to force a path;
         every plan draws the same chain, up to float rounding.
     """
     # built with numpy and moved to the device at the end with device_put:
