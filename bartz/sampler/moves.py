@@ -67,9 +67,43 @@ import jax
 import numpy as np
 from jax import numpy as jnp
 
-from bartz.forest import grove
+from bartz.sampler import _move_bits as bits
+from bartz.sampler._move_bits import (
+    EXHAUSTED,
+    GROWABLE,
+    LEAF,
+    NOG,
+    SWAPPABLE,
+    bits_at,
+    choose_set_bit,
+    choose_variable,
+    computed,
+    finite_or_zero,
+    first_above,
+    level_of_node,
+    num_exhausted,
+    opaque_one,
+    path_levels,
+    take_small,
+    tree_summary,
+)
+from bartz.sampler._move_cells import CHANGE, GROW, PRUNE, SWAP, MoveNodes, cell_tables, picked
 
-GROW, PRUNE, CHANGE, SWAP = 0, 1, 2, 3
+__all__ = [
+    'ALL_KINDS',
+    'CHANGE',
+    'DEFAULT_MOVE_PROBS',
+    'GROW',
+    'MOVE_NAMES',
+    'PRUNE',
+    'SWAP',
+    'Moves',
+    'log_rule_prior',
+    'move_probs_array',
+    'node_ranges',
+    'num_exhausted',
+    'propose_tree',
+]
 MOVE_NAMES = ('grow', 'prune', 'change', 'swap')
 DEFAULT_MOVE_PROBS = {'grow': 0.25, 'prune': 0.25, 'change': 0.4, 'swap': 0.1}
 ALL_KINDS = (True, True, True, True)
@@ -175,137 +209,7 @@ class Moves(NamedTuple):
     set_var: jax.Array  # (2,) int32: their new variable (0 if they become leaves)
     set_split: jax.Array  # (2,) int32: their new split index (0: not internal)
 
-
-@functools.cache
-def _ancestor_tables(heap_size: int):
-    """Static tables of the ancestors of each node.
-
-    ``anc[k, j]`` is the ancestor of node ``k`` at level ``j``, ``valid[k, j]``
-    says it is a proper ancestor, ``right[k, j]`` says the path to ``k`` turns
-    right at it.
-    """
-    depth = heap_size.bit_length() - 1
-    levels = depth - 1
-    nodes = np.arange(heap_size)
-    node_level = grove.node_depths(heap_size)
-    anc = np.zeros((heap_size, max(levels, 1)), np.int32)
-    valid = np.zeros_like(anc, bool)
-    right = np.zeros_like(anc, bool)
-    for k in nodes[1:]:
-        d = node_level[k]
-        for j in range(d):
-            anc[k, j] = k >> (d - j)
-            valid[k, j] = True
-            right[k, j] = (k >> (d - j - 1)) & 1
-    return anc, valid, right
-
-
-# A note on speed. `propose_tree` runs under a vmap over the trees, on arrays
-# of a few dozen entries per tree, so on CPU its cost is the number of XLA
-# kernels, not arithmetic: every reduction (or argmax, cumsum, gather) is a
-# kernel, while element-wise code fuses. So reductions over the few levels of
-# a path, the 4 kinds or the blocks of a cumulative sum are written out as
-# element-wise code, boolean masks over the heap are packed into 32-bit words
-# (counts are population counts, lookups are shifts), and the proposed tree
-# is not summarised again: a move changes the summary only around its node.
-
-
-def _computed(one, *values):
-    """`values`, each computed once: XLA fuses cheap element-wise code into
-    every kernel that uses it, so a long chain of scalar operations used by
-    many kernels is recomputed in each. A division is expensive in XLA's
-    fusion rules, so dividing by `one`, a 1 that XLA cannot see is constant,
-    makes it compute the value in a kernel of its own.
-
-    Values of one shape and kind (integers and booleans as int32, floats
-    by their type) are stacked and divided together: one kernel for the
-    group instead of one per value (each a kernel's compile time; about
-    12 kernels fewer in the sampler's program), the same values."""
-    groups = {}
-    for i, value in enumerate(values):
-        floating = jnp.issubdtype(value.dtype, jnp.floating)
-        kind = value.dtype if floating or value.dtype not in (jnp.bool_, jnp.int32) else jnp.int32
-        groups.setdefault((value.shape, kind), []).append(i)
-    out = [None] * len(values)
-    for (_, kind), members in groups.items():
-        stacked = jnp.stack([values[i].astype(kind) for i in members])
-        if jnp.issubdtype(kind, jnp.floating):
-            stacked = stacked / one.astype(kind)
-        else:
-            stacked = jax.lax.div(stacked, one.astype(kind))
-        for row, i in enumerate(members):
-            out[i] = stacked[row] if values[i].dtype != jnp.bool_ else stacked[row].astype(bool)
-    return tuple(out)
-
-
-def _levels(half: int) -> int:
-    """Number of levels of internal nodes (at least 1, for the tables)."""
-    return max(half.bit_length() - 1, 1)
-
-
-def _on_ancestors(x, num_nodes):
-    """``x[anc[k, j]]`` (0 where ``j`` is not a proper ancestor level) for the
-    first `num_nodes` nodes, shape ``(num_nodes, L)``, from the per-node
-    ``x`` of shape ``(H/2,)``: slices and repeats, not a gather."""
-    levels = _levels(x.shape[0])
-    zero = jnp.zeros((), x.dtype)
-    rows = [jnp.zeros((1, levels), x.dtype)]  # node 0
-    d = 0
-    while 2**d < num_nodes:
-        width = 2**d
-        cols = [
-            jnp.repeat(x[2**j : 2 ** (j + 1)], 2 ** (d - j)) if j < d else jnp.broadcast_to(zero, (width,))
-            for j in range(levels)
-        ]
-        rows.append(jnp.stack(cols, axis=1))
-        d += 1
-    return jnp.concatenate(rows)[:num_nodes]
-
-
-def _down_the_tree(x):
-    """Sum of ``x`` over each node and its proper ancestors, shape ``(H,)``."""
-    heap_size = x.shape[0]
-    out = [x[:1], x[1:2]]
-    d = 1
-    while 2**d < heap_size:
-        out.append(x[2**d : 2 ** (d + 1)] + jnp.repeat(out[-1], 2))
-        d += 1
-    return jnp.concatenate(out)
-
-
-def num_exhausted(var_tree, split_tree, max_split, heap_size):
-    """Number of predictors with no usable split index left at each node.
-
-    A predictor is exhausted at a node when the splits on it along the path
-    leave no split index between them; it stays exhausted below. Only the
-    parent's split variable can become exhausted at a child, so the count
-    accumulates along the path: O(H * depth) per tree, independent of p.
-    """
-    _, valid, right = _ancestor_tables(heap_size)
-    half = heap_size // 2
-    var = var_tree.astype(jnp.int32)
-    cut = split_tree.astype(jnp.int32)
-    # range of each internal node's own split variable at that node
-    path_var = _on_ancestors(var, half)  # (H/2, L)
-    path_cut = _on_ancestors(cut, half)
-    top = max_split[var]
-    lo, hi = jnp.zeros_like(cut), top
-    for j in range(path_var.shape[1]):
-        same = (path_var[:, j] == var) & valid[:half, j]
-        lo = jnp.maximum(lo, jnp.where(same & right[:half, j], path_cut[:, j], 0))
-        hi = jnp.minimum(hi, jnp.where(same & ~right[:half, j], path_cut[:, j] - 1, top))
-    # the variable is newly exhausted at the left child if no index is left
-    # in [lo + 1, cut - 1], at the right child if none in [cut + 1, hi]
-    left_exhausted = cut - 1 <= lo
-    right_exhausted = hi <= cut
-    newly = jnp.stack([left_exhausted, right_exhausted], axis=1).reshape(heap_size)  # node 2k + r
-    newly = newly & (jnp.arange(heap_size) > 1)  # nodes 0 and 1 have no parent split
-    return _down_the_tree(newly.astype(jnp.int32))
-
-
-def _depth(node):
-    """Level of `node` in the heap (0 for nodes 0 and 1)."""
-    return 31 - jax.lax.clz(jnp.maximum(node, 1).astype(jnp.int32))
+# ---------------------------------------------------------------- rules on a path
 
 
 class _Path(NamedTuple):
@@ -319,8 +223,9 @@ class _Path(NamedTuple):
 
 
 def _path(var_tree, split_tree, max_split, log_s, node, depth) -> _Path:
+    """The rules on the path to `node` at level `depth`."""
     half = split_tree.shape[0]
-    level = jnp.arange(_levels(half), dtype=jnp.int32)
+    level = jnp.arange(path_levels(half), dtype=jnp.int32)
     up = depth - level
     anc = jnp.clip(node >> jnp.maximum(up, 0), 0, half - 1)
     right = ((node >> jnp.maximum(up - 1, 0)) & 1).astype(bool)
@@ -350,19 +255,11 @@ def _exhausted_on_path(path: _Path, num_levels):
     return (jnp.arange(path.var.shape[0]) < num_levels) & (hi <= lo)
 
 
-class _SplitProb(NamedTuple):
-    """Prior probability that a node is internal, and its logs."""
-
-    p: jax.Array
-    log: jax.Array  # log p
-    log_not: jax.Array  # log(1 - p)
-
-
 def node_ranges(var_tree, split_tree, max_split, node):
     """Usable split indices ``lo + 1 .. hi`` of every predictor at `node`,
     given the rules of its ancestors: two ``(p,)`` int32 arrays."""
     p = max_split.shape[0]
-    depth = _depth(node)
+    depth = level_of_node(node)
     path = _path(var_tree, split_tree, max_split, jnp.zeros(p), node, depth)
     return _range_on_path(path, depth, jnp.arange(p), max_split)
 
@@ -385,268 +282,68 @@ def _rule_log_prior(lo_var, hi_var, log_s_var, log_norm, split):
     return jnp.where(ok, value, -jnp.inf)
 
 
-def _finite_or_zero(x):
-    return jnp.where(jnp.isfinite(x), x, 0.0)
+def _exhausts(split, lo, hi, to_right):
+    """Whether the rule leaves no split index in the child on that side."""
+    return jnp.where(to_right, hi <= split, split - 1 <= lo)
 
 
-def _cumsum_like_xla(x):
-    """``jnp.cumsum(x)`` of a short 1-d `x` with the same rounding on CPU:
-    XLA sums sequentially within blocks of 16 and adds the cumulative sums
-    of the blocks' totals (the same way, recursively)."""
-    size = x.shape[0]
-    if size <= 16:
-        out = [x[0]]
-        for i in range(1, size):
-            out.append(out[-1] + x[i])
-        return jnp.stack(out)
-    num = -(-size // 16)
-    blocks = jnp.pad(x, (0, 16 * num - size)).reshape(num, 16)
-    inner = [blocks[:, 0]]
-    for i in range(1, 16):
-        inner.append(inner[-1] + blocks[:, i])
-    inner = jnp.stack(inner, axis=1)
-    totals = _cumsum_like_xla(inner[:, -1])
-    before = jnp.concatenate([jnp.zeros(1, x.dtype), totals[:-1]])
-    return (before[:, None] + inner).reshape(-1)[:size]
+class _Rule(NamedTuple):
+    """A rule ``X[var] >= split`` and the usable range ``lo + 1 .. hi`` of
+    its variable where it sits (int32 scalars)."""
+
+    var: jax.Array
+    split: jax.Array
+    lo: jax.Array
+    hi: jax.Array
+    log_s: jax.Array | None = None  # float32: log_s of the variable
 
 
-def _choose_variable(usable, log_s, max_split, shift, u):
-    """A variable drawn with probability proportional to ``where(usable,
-    exp(log_s - shift), 0)`` by inverse cdf, ``argmax(cumsum(weight) > u *
-    sum(weight))`` (0 if all are 0), and its ``max_split``.
-
-    The cumulative sums are those of `jnp.cumsum` on CPU, in blocks of 16
-    (`_cumsum_like_xla`), so the draw is the same, but only the blocks'
-    totals and the block of the draw are summed, element-wise."""
-    p = log_s.shape[0]
-    block = min(p, 16)
-    num = -(-p // block)
-    pad = num * block - p
-    weight = jnp.where(usable, jnp.exp(log_s - shift), 0.0)
-    weight = jnp.pad(weight, (0, pad)).reshape(num, block)
-    tops = jnp.pad(max_split, (0, pad)).reshape(num, block)
-    totals = weight[:, 0]
-    for i in range(1, block):
-        totals = totals + weight[:, i]
-    if num > 1:
-        totals = _cumsum_like_xla(totals)
-    total = totals[num - 1]
-    threshold = u * total
-    # the block of the first cumulative sum above the threshold, and the sum before it
-    which = jnp.int32(0)
-    before = jnp.float32(0.0)
-    for b in range(num - 1):
-        below = totals[b] <= threshold
-        which = which + below
-        before = jnp.where(below, totals[b], before)
-    row, row_tops = weight[0], tops[0]
-    for b in range(1, num):
-        row = jnp.where(which == b, weight[b], row)
-        row_tops = jnp.where(which == b, tops[b], row_tops)
-    inner = row[0]
-    index = (before + inner <= threshold).astype(jnp.int32)
-    top = row_tops[0]
-    for i in range(1, block):
-        inner = inner + row[i]
-        top = jnp.where(index == i, row_tops[i], top)
-        index = index + (before + inner <= threshold)
-    found = total > threshold
-    var = jnp.where(found, which * block + index, 0)
-    return var, jnp.where(found, top, max_split[0])
+# ---------------------------------------------------------------- the split prior
 
 
-class _Summary(NamedTuple):
-    leaf: jax.Array  # (H,) bool
-    words: jax.Array  # (F, W) uint32: the masks below (rows _LEAF, ...), bit k % 32 of word k // 32 for node k
-    counts: jax.Array  # (4,) int32: eligible nodes of each kind
-    log_probs: jax.Array  # (4,) float32: log probability of each kind
+class _SplitProb(NamedTuple):
+    """Prior probability that a node is internal, and its logs."""
+
+    p: jax.Array
+    log: jax.Array  # log p
+    log_not: jax.Array  # log(1 - p)
 
 
-# rows of `_Summary.words`: leaves, nodes whose children are leaves, such
-# nodes (not the root) with a leaf sibling, growable leaves, then the bits
-# of `num_exhausted`
-_LEAF, _NOG, _SWAPPABLE, _GROWABLE, _EXHAUSTED = range(5)
+class _SplitPrior(NamedTuple):
+    """The prior split probabilities at the level of the move's node and
+    the level below, given the number of exhausted predictors."""
+
+    levels: tuple  # (_SplitProb at n's level, _SplitProb one level below)
+    n_root: jax.Array  # int32: predictors with some cut-point
+    exhaustible: bool | None  # static, as in `propose_tree`
+
+    def at(self, exhausted, level):
+        """The split probability of a node at the level of n (`level` 0) or
+        below (1) with `exhausted` predictors."""
+        p, log_p, log_not_p = self.levels[level]
+        if self.exhaustible is False:
+            # every node keeps a predictor (but at the bottom level, where
+            # p is 0 anyway): the counts of exhausted predictors are not
+            # computed (zero) and the code that adds to them is dropped
+            return _SplitProb(p, log_p, log_not_p)
+        ok = self.n_root - exhausted > 0
+        return _SplitProb(jnp.where(ok, p, 0.0), jnp.where(ok, log_p, -jnp.inf), jnp.where(ok, log_not_p, 0.0))
 
 
-def _exhausted_bits(heap_size: int) -> int:
-    return max(heap_size.bit_length() - 2, 1).bit_length()
+def _split_prior(p_nonterminal, n_root, depth_n, exhaustible) -> _SplitPrior:
+    """`_SplitPrior` at level `depth_n`, the logs from tables (one log per
+    level for all trees)."""
+    tables = (p_nonterminal, jnp.log(p_nonterminal), jnp.log1p(-p_nonterminal))
+    at_level_n = _SplitProb(*(take_small(table, depth_n) for table in tables))
+    at_level_below = _SplitProb(*(take_small(table, depth_n + 1) for table in tables))
+    return _SplitPrior((at_level_n, at_level_below), n_root, exhaustible)
 
 
-def _eligible(counts, kinds):
-    """The kinds with an eligible node, among the static `kinds`."""
-    return counts > 0 if all(kinds) else (counts > 0) & np.array(kinds)
-
-
-def _log_probs(counts, move_probs, kinds):
-    """Log probability of each kind of move given the eligible counts (and
-    the static `kinds` that can be proposed at all)."""
-    weight = jnp.where(_eligible(counts, kinds), move_probs, 0.0)
-    total = ((weight[0] + weight[1]) + weight[2]) + weight[3]
-    return jnp.log(weight) - jnp.log(jnp.where(total > 0, total, 1.0))
-
-
-def _pack(masks):
-    """Pack ``(F, H)`` bool masks into ``(F, W)`` uint32 words, bit ``i % 32``
-    of word ``i // 32`` for slot ``i``."""
-    num, size = masks.shape
-    bits = min(size, 32)
-    shifted = masks.reshape(num, size // bits, bits).astype(jnp.uint32) << jnp.arange(bits, dtype=jnp.uint32)
-    return jnp.sum(shifted, axis=-1, dtype=jnp.uint32)
-
-
-def _bits_at(words, index):
-    """The bits of the packed masks `words` ``(F, W)`` at the slots `index`
-    ``(n,)``: ``(F, n)`` int32."""
-    word = words[:, :1]
-    for i in range(1, words.shape[1]):
-        word = jnp.where((index >> 5) == i, words[:, i : i + 1], word)
-    return ((word >> (index & 31).astype(jnp.uint32)) & 1).astype(jnp.int32)
-
-
-def _popcount(words):
-    """Number of set bits of each row of ``(..., W)`` words, int32."""
-    counts = jax.lax.population_count(words).astype(jnp.int32)
-    total = counts[..., 0]
-    for i in range(1, words.shape[-1]):
-        total = total + counts[..., i]
-    return total
-
-
-def _spread(x):
-    """Bits 0..15 of the uint32 `x` moved to the even bits 0, 2, .., 30."""
-    x = x & 0xFFFF
-    x = (x | (x << 8)) & 0x00FF00FF
-    x = (x | (x << 4)) & 0x0F0F0F0F
-    x = (x | (x << 2)) & 0x33333333
-    return (x | (x << 1)) & 0x55555555
-
-
-def _compact(x):
-    """The even bits 0, 2, .., 30 of the uint32 `x` moved to bits 0..15."""
-    x = x & 0x55555555
-    x = (x | (x >> 1)) & 0x33333333
-    x = (x | (x >> 2)) & 0x0F0F0F0F
-    x = (x | (x >> 4)) & 0x00FF00FF
-    return (x | (x >> 8)) & 0x0000FFFF
-
-
-def _unpack(words, size):
-    """The first `size` bits of packed `words` ``(W,)`` as a bool mask."""
-    slot = np.arange(size)
-    return ((jnp.repeat(words, 32)[:size] >> (slot % 32).astype(np.uint32)) & 1).astype(bool)
-
-
-def _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds, exhaustible=None) -> _Summary:
-    """The eligible nodes of the current tree, as bit masks over the heap.
-
-    From the packed mask of internal nodes (a node exists if its parent,
-    ``k >> 1``, is internal; bit ``k`` of the heap's words), with bit
-    operations on a few words per tree. `exhaustible`: as in `propose_tree`."""
-    half = split_tree.shape[0]
-    heap_size = 2 * half
-    num_words = max(heap_size // 32, 1)
-    depth_of = grove.node_depths(heap_size)
-    internal = _pack(split_tree[None] != 0)[0]  # (max(H/64, 1),), bit k for node k
-    words_of_internal = [internal[w] if w < internal.shape[0] else jnp.uint32(0) for w in range(num_words)]
-    evens = jnp.uint32(0x55555555)
-    leaf, nog_pairs = [], []
-    for w in range(num_words):
-        # heap word w holds the nodes 32w .. 32w + 31, children of 16w .. 16w + 15
-        parents = internal[w // 2] >> (16 * (w % 2)) if half >= 32 else internal[0]
-        exists = _spread(parents) * 3 | (2 if w == 0 else 0)  # node 1 always exists
-        leaf.append(exists & ~words_of_internal[w])
-        nog_pairs.append(_compact(leaf[w] & (leaf[w] >> 1)) << (16 * (w % 2)))
-    nog = [jnp.uint32(0)] * num_words
-    for w in range(num_words):
-        nog[w // 2] = nog[w // 2] | nog_pairs[w]
-    nog = [words_of_internal[w] & nog[w] for w in range(num_words)]
-    # bit k of sibling_leaf[w] is the leaf bit of node k ^ 1
-    sibling_leaf = [((x >> 1) & evens) | ((x & evens) << 1) for x in leaf]
-    swappable = [nog[w] & sibling_leaf[w] & (~jnp.uint32(3) if w == 0 else ~jnp.uint32(0)) for w in range(num_words)]
-    # the nodes with some predictor left (where p_split > 0 if their level
-    # allows splits). At most D - 1 predictors are exhausted at a node, so
-    # with at least D the counts need not be computed
-    n_root = jnp.sum(max_split > 0)
-    level_ok = p_nonterminal[depth_of] > 0
-    num_bits = _exhausted_bits(heap_size)
-
-    def no_count():
-        return _pack(level_ok[None])[0], jnp.zeros((num_bits, num_words), jnp.uint32)
-
-    def count():
-        exhausted = num_exhausted(var_tree, split_tree, max_split, heap_size)
-        bits = [((exhausted >> b) & 1).astype(bool) for b in range(num_bits)]
-        words = _pack(jnp.stack([level_ok & (n_root - exhausted > 0), *bits]))
-        return words[0], words[1:]
-
-    if exhaustible is None:
-        splittable, exhausted_bits = jax.lax.cond(n_root >= heap_size.bit_length() - 1, no_count, count)
-    else:  # (only the way taken is compiled)
-        splittable, exhausted_bits = count() if exhaustible else no_count()
-    growable = [leaf[w] & splittable[w] for w in range(num_words)]
-    words = jnp.concatenate([jnp.stack([w for x in (leaf, nog, swappable, growable) for w in x]).reshape(4, num_words), exhausted_bits])
-    count = _popcount(words)
-    num_nog = count[_NOG]
-    counts = jnp.stack([count[_GROWABLE], num_nog, num_nog if heap_size > 4 else jnp.int32(0), count[_SWAPPABLE]])
-    return _Summary(_unpack(words[_LEAF], heap_size), words, counts, _log_probs(counts, move_probs, kinds))
-
-
-def _choose(words, count, u):
-    """Index of a uniformly chosen set bit of the packed mask `words` with
-    `count` bits set (0 if none), from one uniform ``u`` in (0, 1): the
-    ``floor(u * count)``-th set bit, found by bisection on population
-    counts."""
-    rank = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
-    # the word of the entry, and its rank in it
-    counts = jax.lax.population_count(words).astype(jnp.int32)
-    word, base, r = words[0], jnp.int32(0), rank
-    before = counts[0]
-    for i in range(1, words.shape[0]):
-        later = rank >= before
-        word = jnp.where(later, words[i], word)
-        base = jnp.where(later, 32 * i, base)
-        r = jnp.where(later, rank - before, r)
-        before = before + counts[i]
-    pos = jnp.int32(0)
-    width = 32
-    while width > 1:
-        width //= 2
-        low = jax.lax.population_count(word & jnp.uint32((1 << width) - 1)).astype(jnp.int32)
-        up = r >= low
-        r = jnp.where(up, r - low, r)
-        word = jnp.where(up, word >> width, word)
-        pos = jnp.where(up, pos + width, pos)
-    return jnp.where(count > 0, base + pos, 0)
-
-
-def _first_above(cum, threshold):
-    """``argmax(cum > threshold)`` for a short non-decreasing `cum`."""
-    index = jnp.int32(0)
-    for i in range(cum.shape[0]):
-        index = index + (cum[i] <= threshold)
-    return jnp.where(cum[-1] > threshold, index, 0)
-
-
-def _take_small(table, index):
-    """``table[index]`` for a short table (or list of scalars), as selects."""
-    out = table[0]
-    for i in range(1, len(table)):
-        out = jnp.where(index == i, table[i], out)
-    return out
-
-
-def _pick(kind, values, kinds):
-    """``values[kind]`` for a list of 4 arrays of the same shape, as selects,
-    among the `kinds` that can be proposed (the values of the others are
-    not used, so XLA drops the code that computes them)."""
-    enabled = [i for i in range(len(values)) if kinds[i]]
-    out = values[enabled[-1]]
-    for i in reversed(enabled[:-1]):
-        out = jnp.where(kind == i, values[i], out)
-    return out
+# ---------------------------------------------------------------- the proposal
 
 
 def _sum_terms(move, terms):
+    """The sum of a move's named log ratio terms (with the test hooks)."""
     total = 0.0
     for name, value in terms.items():
         factor = _TERM_SCALE.get((move, name), 1.0)
@@ -683,15 +380,15 @@ def propose_tree(
         be proposed at all (GROW and PRUNE must be among them). A kind left
         out is never proposed, whatever `move_probs` says, and none of its
         outputs is selected, so XLA drops its code from the compiled
-        program: with GROW and PRUNE alone the optimised proposal is about
-        40% smaller (200 trees of depth 6).
+        program.
     entries
         Static: return the small integer fields (``remap_leaf``, ``cells``,
         ``cell_old``, ``cell_new``, ``cell_fresh``, ``set_*``) as tuples of
         their entries, for a caller that vmaps this function and stacks
         them along the trees' axis itself (`bartz.mcmcstep.propose_moves`):
         stacked here, under vmap, each is a kernel of its own and a
-        transposing copy; stacked after it, XLA fuses them into their users.
+        transposing copy; stacked after it, XLA fuses them into their users
+        (jaxlib 0.10.2).
     exhaustible
         Static: whether fewer predictors have cut-points than the tree has
         levels, so that all of them can be exhausted at a node, which the
@@ -700,322 +397,379 @@ def propose_tree(
     uniform_splits
         Static: `log_s` is all 0 (uniform split probabilities): it is
         taken as constants, which XLA folds, and the maxima that shift its
-        exponentials are 0 too (fewer kernels).
+        exponentials are 0 too.
 
     Notes
     -----
+    The steps, as in Chipman, George & McCulloch (1998): choose the kind
+    (`_choose_kind`) and the node (`_choose_node`); a new rule from the
+    prior (`_new_rule`); the log proposal ratio (`_log_proposal_ratio`,
+    from the counts of eligible nodes in the proposed tree,
+    `_counts_after_move`) and the log prior ratio (`_log_prior_terms`,
+    `_swap_prior_terms`), as named terms; the cells for the sweep.
+
     A move changes the tree only at its node ``k`` (and for SWAP at ``k``'s
     child ``c``), so the proposed tree is not summarised again: its counts
     of eligible nodes and the split probabilities of its new leaves follow
     from the current tree around the node. ``tests/test_moves_fast.py``
-    checks the result against a direct implementation.
+    checks the result against `bartz.sampler.reference.propose_tree`.
     """
-    half = split_tree.shape[0]
-    heap_size = 2 * half
-    p = max_split.shape[0]
+    heap_size = 2 * split_tree.shape[0]
     if uniform_splits:
         log_s = np.zeros(log_s.shape, np.float32)
     slot = jnp.arange(heap_size, dtype=jnp.int32)
     u_move, u_split, u_node, u_var = u
-    pick = functools.partial(_pick, kinds=kinds)
-    now = _summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds, exhaustible)
-    g_now, nog_now, change_now, swap_now = (now.counts[i] for i in range(4))
-    possible = (g_now > 0) | (nog_now > 0) | (change_now > 0) | (swap_now > 0)
-    weight = jnp.exp(now.log_probs)
-    s1 = weight[0] + weight[1]
-    s2 = s1 + weight[2]
-    cum = jnp.stack([weight[0], s1, s2, s2 + weight[3]])  # jnp.cumsum's order
-    kind = _first_above(cum, u_move * cum[3])
-    is_swap = kind == SWAP if kinds[SWAP] else jnp.bool_(False)
+    pick = functools.partial(bits.pick, kinds=kinds)
+    now = tree_summary(var_tree, split_tree, max_split, p_nonterminal, move_probs, kinds, exhaustible)
+    counts_now = tuple(now.counts[i] for i in range(4))
+    possible = (counts_now[0] > 0) | (counts_now[1] > 0) | (counts_now[2] > 0) | (counts_now[3] > 0)
+    kind, is_swap = _choose_kind(now.log_probs, u_move, kinds)
+    n = _choose_node(now.words, counts_now, kind, is_swap, u_node)
+    one = opaque_one(u_move)
+    kind, n, possible = computed(one, kind, n, possible)
+    nodes = _move_nodes(n, is_swap, heap_size, one)
 
-    # the node n: a growable leaf, a node whose children are leaves, or for
-    # SWAP the child c of the pair (k, c)
-    words = now.words
-    eligible = jnp.where(kind == GROW, words[_GROWABLE], jnp.where(is_swap, words[_SWAPPABLE], words[_NOG]))
-    num_eligible = jnp.where(kind == GROW, g_now, jnp.where(is_swap, swap_now, nog_now))
-    n = _choose(eligible, num_eligible, u_node)
-    one = 1 + (u_move < 0).astype(jnp.int32)  # see _computed
-    kind, n, possible = _computed(one, kind, n, possible)
-    k = jnp.where(is_swap, n >> 1, n)
-    c = jnp.minimum(n, half - 1)
-    left, right = jnp.minimum(2 * k, heap_size - 2), jnp.minimum(2 * k + 1, heap_size - 1)
-    k, c, left, right = _computed(one, k, c, left, right)
-    dc = (c & 1).astype(bool)
-    sib = c ^ 1
-
-    # the current tree around n: n, its children, sibling, parent and
-    # parent's sibling (for SWAP: c, its leaves, c's leaf sibling, k)
-    near = jnp.minimum(jnp.stack([n, 2 * n, 2 * n + 1, n ^ 1, n >> 1, (n >> 1) ^ 1]), heap_size - 1)
-    bits = _bits_at(words, near)  # (F, 6)
-    near_leaf = bits[_LEAF].astype(bool)
-    near_nog = bits[_NOG]
-    near_swappable = bits[_SWAPPABLE]
-    near_growable = bits[_GROWABLE]
-    near_exhausted = bits[_EXHAUSTED]
-    for b in range(1, bits.shape[0] - _EXHAUSTED):
-        near_exhausted = near_exhausted + (bits[_EXHAUSTED + b] << b)
+    # the current tree around n, and the split prior there
+    near = _around(now.words, n, heap_size)
     n_root = jnp.sum(max_split > 0)
-    depth_n = _depth(n)
-
-    # the logs of the split probabilities from tables (one log per level for
-    # all trees)
-    tables = (p_nonterminal, jnp.log(p_nonterminal), jnp.log1p(-p_nonterminal))
-    at_level_n = _SplitProb(*(_take_small(table, depth_n) for table in tables))
-    at_level_below = _SplitProb(*(_take_small(table, depth_n + 1) for table in tables))
-
-    def p_split_at(exhausted, level):
-        """The split probability of a node at the level of n (`level` 0) or
-        below (1) with `exhausted` predictors."""
-        p, log_p, log_not_p = (at_level_n, at_level_below)[level]
-        if exhaustible is False:
-            # every node keeps a predictor (but at the bottom level, where
-            # p is 0 anyway): the counts of exhausted predictors are not
-            # computed (zero) and the code that adds to them is dropped
-            return _SplitProb(p, log_p, log_not_p)
-        ok = n_root - exhausted > 0
-        return _SplitProb(jnp.where(ok, p, 0.0), jnp.where(ok, log_p, -jnp.inf), jnp.where(ok, log_not_p, 0.0))
-
-    near_p_split = [p_split_at(near_exhausted[i], level) for i, level in enumerate([0, 1, 1, 0])]
+    depth_n = level_of_node(n)
+    prior = _split_prior(p_nonterminal, n_root, depth_n, exhaustible)
+    near_p_split = [prior.at(near.exhausted[i], level) for i, level in enumerate([0, 1, 1, 0])]
 
     # the rules on the path to n; k is n or its parent (SWAP: A = rule at k, B = rule at c)
-    path = _computed(one, *_path(var_tree, split_tree, max_split, log_s, n, depth_n))
-    path = _Path(*path)
+    path = _Path(*computed(one, *_path(var_tree, split_tree, max_split, log_s, n, depth_n)))
     depth_k = jnp.where(is_swap, depth_n - 1, depth_n)
-    level_a = jnp.maximum(depth_n - 1, 0)
-    var_a, split_a = _take_small(path.var, level_a), _take_small(path.cut, level_a)
-    top_a, log_s_a = _take_small(path.top, level_a), _take_small(path.log_s, level_a)
-    var_b, split_b = _take_small(path.var, depth_n), _take_small(path.cut, depth_n)
-    top_b, log_s_b = _take_small(path.top, depth_n), _take_small(path.log_s, depth_n)
-    # (both ranges in one reduction each: a kernel fewer)
-    lo_ab, hi_ab = _range_on_path(path, depth_k, jnp.stack([var_a, var_b]), jnp.stack([top_a, top_b]))
-    (lo_a, lo_b), (hi_a, hi_b) = lo_ab, hi_ab
-    gone = _exhausted_on_path(path, depth_k)
-    (gone,) = _computed(one, gone)
-    usable = max_split > 0
-    for j in range(gone.shape[0]):
-        usable = usable & ~(gone[j] & (jnp.arange(p) == path.var[j]))
+    rule_a, rule_b = _pair_rules(path, depth_n, depth_k)
+    usable = _usable_at(path, depth_k, max_split, one)
+    rule_a, rule_b, usable, norms = _rule_normalisers(rule_a, rule_b, usable, log_s, nodes.dc, one, uniform_splits)
+    new_rule = _new_rule(path, depth_k, usable, log_s, max_split, norms.shift, u_var, u_split, one)
 
-    def exhausts(split, lo, hi, to_right):
-        """Whether the rule leaves no split index in the child on that side."""
-        return jnp.where(to_right, hi <= split, split - 1 <= lo)
-
-    # the usable predictors at c, now and in the proposed tree, differ from
-    # those at k at most in the variable of k's rule; `rest` are the usable
-    # ones at both
-    gone_a = (hi_a > lo_a) & exhausts(split_a, lo_a, hi_a, dc)
-    gone_b = (hi_b > lo_b) & exhausts(split_b, lo_b, hi_b, dc)
-    var_a, var_b, gone_a, gone_b, usable = _computed(one, var_a, var_b, gone_a, gone_b, usable)
-    var_p = jnp.arange(p)
-    rest = usable & ~((var_p == var_a) & gone_a) & ~((var_p == var_b) & gone_b)
-    if uniform_splits:  # (the maxima below are 0 or, if none is usable, -inf made 0)
-        shift = shift_rest = 0.0
-    else:
-        shift = _finite_or_zero(jnp.max(jnp.where(usable, log_s, -jnp.inf)))
-        shift_rest = _finite_or_zero(jnp.max(jnp.where(rest, log_s, -jnp.inf)))
-    log_norm_rest = jnp.log(jnp.sum(jnp.where(rest, jnp.exp(log_s - shift_rest), 0.0))) + shift_rest
-    same_ab = var_a == var_b
-    log_norm_c = jnp.logaddexp(log_norm_rest, jnp.where(gone_b & ~(gone_a & same_ab), log_s_b, -jnp.inf))
-    log_norm_c_new = jnp.logaddexp(log_norm_rest, jnp.where(gone_a & ~(gone_b & same_ab), log_s_a, -jnp.inf))
-
-    # a new rule at k from the prior (GROW, CHANGE)
-    var, top = _computed(one, *_choose_variable(usable, log_s, max_split, shift, u_var))
-    lo_v, hi_v = _range_on_path(path, depth_k, var, top)
-    split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
-    split = jnp.minimum(split, hi_v)
-
-    # counts and split probabilities in the proposed tree
-    exhausted_k = jnp.where(is_swap, near_exhausted[4], near_exhausted[0])
-    # GROW, CHANGE: the new rule at k, whose children are leaves
-    p_split_left_new = p_split_at(exhausted_k + exhausts(split, lo_v, hi_v, False), 1)
-    p_split_right_new = p_split_at(exhausted_k + exhausts(split, lo_v, hi_v, True), 1)
-    p_split_k = near_p_split[0]
-    p_split_left, p_split_right = near_p_split[1], near_p_split[2]
-    # SWAP: rule B at k, rule A at c; c's range of var_a is k's narrowed by B
-    exhausted_c_new = exhausted_k + exhausts(split_b, lo_b, hi_b, dc)
-    lo_a_c_new = jnp.where(same_ab & dc, jnp.maximum(lo_a, split_b), lo_a)
-    hi_a_c_new = jnp.where(same_ab & ~dc, jnp.minimum(hi_a, split_b - 1), hi_a)
-    lo_b_c = jnp.where(same_ab & dc, jnp.maximum(lo_b, split_a), lo_b)
-    hi_b_c = jnp.where(same_ab & ~dc, jnp.minimum(hi_b, split_a - 1), hi_b)
-    p_split_c_new = p_split_at(exhausted_c_new, 0)
-    leaves_new = [  # 2c, 2c + 1, sibling
-        p_split_at(exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, False), 1),
-        p_split_at(exhausted_c_new + exhausts(split_a, lo_a_c_new, hi_a_c_new, True), 1),
-        p_split_at(exhausted_k + exhausts(split_b, lo_b, hi_b, ~dc), 0),
-    ]
+    # the split probabilities of the nodes the move changes, in the proposed tree
+    exhausted_k = jnp.where(is_swap, near.exhausted[4], near.exhausted[0])
+    children_new = _children_of_new_rule(prior, exhausted_k, new_rule)
+    children_now = (near_p_split[1], near_p_split[2])
+    swapped = _after_swap(prior, exhausted_k, rule_a, rule_b, nodes.dc, norms.same_ab)
     leaves_now = [near_p_split[1], near_p_split[2], near_p_split[3]]
 
-    # the proposed tree's counts (growable, nog, change, swappable)
-    def count(x):
-        return x.astype(jnp.int32)
-
-    growable_new_children = count(p_split_left_new.p > 0) + count(p_split_right_new.p > 0)
-    sibling_leaf = (n > 1) & near_leaf[3]
-    parent_swappable_after_prune = sibling_leaf & ((n >> 1) > 1) & near_leaf[5]
-    nog_after_grow = nog_now + 1 - count(sibling_leaf)
-    nog_after_prune = nog_now - 1 + count(sibling_leaf)
-    small = heap_size <= 4
-    # (entry by entry, as scalars: the proposal's stacks are kernels of their own)
-    counts_new = [
-        pick(kind, list(values))
-        for values in zip(
-            (
-                g_now - near_growable[0] + growable_new_children,
-                nog_after_grow,
-                jnp.int32(0) if small else nog_after_grow,
-                swap_now + count(sibling_leaf) - near_swappable[4] - near_swappable[3],
-            ),
-            (
-                g_now - near_growable[1] - near_growable[2] + count(p_split_k.p > 0),
-                nog_after_prune,
-                jnp.int32(0) if small else nog_after_prune,
-                swap_now - near_swappable[0] + near_nog[3] + count(parent_swappable_after_prune),
-            ),
-            (g_now - near_growable[1] - near_growable[2] + growable_new_children, nog_now, change_now, swap_now),
-            (
-                g_now
-                - near_growable[1]
-                - near_growable[2]
-                - near_growable[3]
-                + count(leaves_new[0].p > 0)
-                + count(leaves_new[1].p > 0)
-                + count(leaves_new[2].p > 0),
-                nog_now,
-                change_now,
-                swap_now,
-            ),
-            strict=True,
-        )
-    ]
-    # the log probability of the reverse move's kind in the proposed tree
-    # (each kind is its own reverse but GROW and PRUNE)
-    weight_new = [jnp.where((c > 0) & kinds[i], move_probs[i], 0.0) for i, c in enumerate(counts_new)]
-    total_new = ((weight_new[0] + weight_new[1]) + weight_new[2]) + weight_new[3]
-    reverse = pick(kind, [jnp.int32(PRUNE), jnp.int32(GROW), jnp.int32(CHANGE), jnp.int32(SWAP)])
-    log_reverse_new = jnp.log(_take_small(weight_new, reverse)) - jnp.log(jnp.where(total_new > 0, total_new, 1.0))
-    log_kind_now = _take_small(now.log_probs, kind)
-    log_move = log_reverse_new - log_kind_now
-    # GROW, PRUNE: the number of nodes to choose from, both ways
-    log_nodes = jnp.log(jnp.where(kind == GROW, g_now, nog_now).astype(jnp.float32)) - jnp.log(
-        _take_small(counts_new, reverse).astype(jnp.float32)
-    )
-
-    # the log ratio of each kind, as named terms
-    grow_terms = {
-        'move': log_move,
-        'node': log_nodes,
-        'split': p_split_k.log - p_split_k.log_not,
-        'children': p_split_left_new.log_not + p_split_right_new.log_not,
+    counts_new = _counts_after_move(kind, pick, counts_now, near, n, children_new, near_p_split[0], swapped.leaves, heap_size)
+    log_move, log_nodes = _log_proposal_ratio(kind, pick, kinds, move_probs, now.log_probs, counts_now, counts_new)
+    grow_prior, prune_prior, change_prior = _log_prior_terms(near_p_split[0], children_now, children_new)
+    swap_prior = _swap_prior_terms(rule_a, rule_b, swapped, norms, near_p_split[0], leaves_now)
+    terms = {
+        'grow': {'move': log_move, 'node': log_nodes, **grow_prior},
+        'prune': {'move': log_move, 'node': log_nodes, **prune_prior},
+        'change': {'move': log_move, **change_prior},
+        'swap': {'move': log_move, **swap_prior},
     }
-    prune_terms = {
-        'move': log_move,
-        'node': log_nodes,
-        'split': p_split_k.log_not - p_split_k.log,
-        'children': -p_split_left.log_not - p_split_right.log_not,
-    }
-    # CHANGE: the rule's proposal is its prior, so they cancel
-    change_terms = {
-        'move': log_move,
-        'children': (
-            p_split_left_new.log_not
-            + p_split_right_new.log_not
-            - p_split_left.log_not
-            - p_split_right.log_not
-        ),
-    }
-    # SWAP: the pair is chosen uniformly among the same pairs both ways; the
-    # normaliser of the rule prior at k cancels in 'rule_parent'
-    leaves = [new.log_not - old.log_not for new, old in zip(leaves_new, leaves_now, strict=True)]
-    swap_terms = {
-        'move': log_move,
-        'rule_parent': _rule_log_prior(lo_b, hi_b, log_s_b, 0.0, split_b)
-        - _rule_log_prior(lo_a, hi_a, log_s_a, 0.0, split_a),
-        'rule_child': _rule_log_prior(lo_a_c_new, hi_a_c_new, log_s_a, log_norm_c_new, split_a)
-        - _rule_log_prior(lo_b_c, hi_b_c, log_s_b, log_norm_c, split_b),
-        'split_child': p_split_c_new.log - near_p_split[0].log,
-        'leaves': (leaves[0] + leaves[1]) + leaves[2],
-    }
-    log_ratio = pick(
-        kind,
-        [
-            _sum_terms('grow', grow_terms),
-            _sum_terms('prune', prune_terms),
-            _sum_terms('change', change_terms),
-            _sum_terms('swap', swap_terms),
-        ],
-    )
+    log_ratio = pick(kind, [_sum_terms(move, terms[move]) for move in MOVE_NAMES])
 
-    # the cells
-    extra = jnp.where(k > 1, k >> 1, 4)  # CHANGE: a slot with no points (k's parent, or a child of leaf 2)
-    keep = 2 * c + dc  # SWAP: leaf of c that stays
-    moved = 2 * c + 1 - dc  # SWAP: leaf of c whose points go to c's sibling
-    # each column of cell_of is the identity but at most at one leaf: GROW
-    # splits k into its children; CHANGE sends the points of k's left
-    # child with bit 1 to k, of its right child with bit 0 to `extra`; SWAP
-    # sends the points of c's sibling with the bit of c's side to k
-    no = jnp.int32(-1)
-    zero = jnp.int32(0)
-    at0 = pick(kind, [k, no, right, jnp.where(dc, no, sib)])
-    at1 = pick(kind, [k, no, left, jnp.where(dc, sib, no)])
-    to0 = pick(kind, [left, zero, extra, k])
-    to1 = pick(kind, [right, zero, k, k])
-    at0, at1, to0, to1 = _computed(one, *(jnp.where(possible, x, no) for x in (at0, at1)), to0, to1)
-    bit = jnp.arange(2) == 1
-    cell_of = jnp.where(slot[:, None] == jnp.where(bit, at1, at0), jnp.where(bit, to1, to0), slot[:, None])
-    cell_of = cell_of.astype(jnp.uint8)
-
-    def picked(*options, unused=None):
-        """`pick` of tuples of scalars, entry by entry (selects that fuse
-        into one stack, where a stack per option is a kernel of its own);
-        `unused`: the value of every entry where no move is possible."""
-        out = [pick(kind, [jnp.asarray(o[i], jnp.int32) for o in options]) for i in range(len(options[0]))]
-        return out if unused is None else [jnp.where(possible, x, unused) for x in out]
+    cells = cell_tables(kind, possible, pick, nodes, slot, now.leaf, one)
+    set_node, set_var, set_split = _rules_to_set(kind, possible, pick, nodes, new_rule, rule_a, rule_b)
 
     def output(values):
         """A small output field from its entries: as they are with `entries`, else stacked."""
         return tuple(values) if entries else jnp.stack(values)
 
-    rows = picked((k, no), (no, no), (left, right), (sib, no), unused=no)
-    # the rows of cell_of at `rows` (row 0 where unused), from the definitions above
-    remap_cell = picked(
-        (left, right, zero, zero),
-        (zero, zero, zero, zero),
-        (left, k, extra, right),
-        (jnp.where(dc, sib, k), jnp.where(dc, k, sib), zero, zero),
-        unused=zero,
-    )
-    remap_cell = jnp.stack(remap_cell).reshape(2, 2).astype(jnp.uint8).astype(jnp.int32)
-
-    cells = picked((left, right, no, no), (left, right, no, no), (left, right, k, extra), (keep, moved, sib, k), unused=no)
-    cell_old = picked((k, k, no, no), (left, right, no, no), (left, right, left, right), (keep, moved, sib, sib), unused=no)
-    cell_new = picked((left, right, no, no), (k, k, no, no), (left, right, right, left), (keep, sib, sib, moved), unused=no)
-    cell_fresh = (jnp.arange(4) >= 2) | (kind == GROW) | (kind == CHANGE)
-    touched = (slot == cell_old[0]) | (slot == cell_old[1]) | (slot == cell_old[2]) | (slot == cell_old[3])
-    identity = now.leaf & ~touched
-    is_k = slot == k
-    is_child = (slot == left) | (slot == right)
-    new_leaf = jnp.where(kind == GROW, (now.leaf & ~is_k) | is_child, jnp.where(kind == PRUNE, (now.leaf & ~is_child) | is_k, now.leaf))
-
-    set_node = picked((k, k), (k, k), (k, k), (k, c), unused=zero)
-    set_var = picked((var, var), (zero, zero), (var, var), (var_b, var_a), unused=zero)
-    set_split = picked((split, split), (zero, zero), (split, split), (split_b, split_a), unused=zero)
     return Moves(
         allowed=possible,
         kind=kind,
-        node=jnp.where(possible, k, 1).astype(jnp.int32),
-        var=jnp.where(is_swap, var_b, var),
-        split=jnp.where(is_swap, split_b, split),
+        node=jnp.where(possible, nodes.k, 1).astype(jnp.int32),
+        var=jnp.where(is_swap, rule_b.var, new_rule.var),
+        split=jnp.where(is_swap, rule_b.split, new_rule.split),
         log_ratio_tree=log_ratio.astype(jnp.float32),
-        cell_of=cell_of,
-        remap_leaf=output(rows),
-        remap_cell=remap_cell,
-        cells=output(cells),
-        cell_old=output(cell_old),
-        cell_new=output(cell_new),
-        cell_fresh=output([cell_fresh[i] for i in range(4)]),
-        identity=identity,
+        cell_of=cells['cell_of'],
+        remap_leaf=output(cells['rows']),
+        remap_cell=cells['remap_cell'],
+        cells=output(cells['cells']),
+        cell_old=output(cells['cell_old']),
+        cell_new=output(cells['cell_new']),
+        cell_fresh=output([cells['cell_fresh'][i] for i in range(4)]),
+        identity=cells['identity'],
         leaf=now.leaf,
-        new_leaf=jnp.where(possible, new_leaf, now.leaf),
+        new_leaf=jnp.where(possible, cells['new_leaf'], now.leaf),
         set_node=output(set_node),
         set_var=output(set_var),
         set_split=output(set_split),
     )
+
+
+def _choose_kind(log_probs, u_move, kinds):
+    """The kind of move, drawn by inverse cdf from the kinds' probabilities
+    in the current tree; and whether it is SWAP (False if SWAP cannot be
+    proposed at all)."""
+    weight = jnp.exp(log_probs)
+    s1 = weight[0] + weight[1]
+    s2 = s1 + weight[2]
+    cum = jnp.stack([weight[0], s1, s2, s2 + weight[3]])  # jnp.cumsum's order
+    kind = first_above(cum, u_move * cum[3])
+    is_swap = kind == SWAP if kinds[SWAP] else jnp.bool_(False)
+    return kind, is_swap
+
+
+def _choose_node(words, counts_now, kind, is_swap, u_node):
+    """The node n, uniform among the eligible ones: a growable leaf (GROW),
+    a node whose children are leaves (PRUNE, CHANGE), or for SWAP the child
+    c of the pair (k, c)."""
+    g_now, nog_now, _, swap_now = counts_now
+    eligible = jnp.where(kind == GROW, words[GROWABLE], jnp.where(is_swap, words[SWAPPABLE], words[NOG]))
+    num_eligible = jnp.where(kind == GROW, g_now, jnp.where(is_swap, swap_now, nog_now))
+    return choose_set_bit(eligible, num_eligible, u_node)
+
+
+def _move_nodes(n, is_swap, heap_size, one) -> MoveNodes:
+    """The nodes the move acts on: k (n, or its parent for SWAP), c, k's
+    children, c's side and sibling."""
+    half = heap_size // 2
+    k = jnp.where(is_swap, n >> 1, n)
+    c = jnp.minimum(n, half - 1)
+    left, right = jnp.minimum(2 * k, heap_size - 2), jnp.minimum(2 * k + 1, heap_size - 1)
+    k, c, left, right = computed(one, k, c, left, right)
+    dc = (c & 1).astype(bool)
+    sib = c ^ 1
+    return MoveNodes(n, k, c, left, right, dc, sib)
+
+
+class _Near(NamedTuple):
+    """Masks of the current tree at n, its children, sibling, parent and
+    parent's sibling (for SWAP: c, its leaves, c's leaf sibling, k), ``(6,)``."""
+
+    leaf: jax.Array  # bool
+    nog: jax.Array  # int32
+    swappable: jax.Array  # int32
+    growable: jax.Array  # int32
+    exhausted: jax.Array  # int32: number of exhausted predictors
+
+
+def _around(words, n, heap_size) -> _Near:
+    """The `_Near` masks around n, read from the packed summary `words`."""
+    near = jnp.minimum(jnp.stack([n, 2 * n, 2 * n + 1, n ^ 1, n >> 1, (n >> 1) ^ 1]), heap_size - 1)
+    at = bits_at(words, near)  # (F, 6)
+    near_leaf = at[LEAF].astype(bool)
+    near_nog = at[NOG]
+    near_swappable = at[SWAPPABLE]
+    near_growable = at[GROWABLE]
+    near_exhausted = at[EXHAUSTED]
+    for b in range(1, at.shape[0] - EXHAUSTED):
+        near_exhausted = near_exhausted + (at[EXHAUSTED + b] << b)
+    return _Near(near_leaf, near_nog, near_swappable, near_growable, near_exhausted)
+
+
+def _pair_rules(path, depth_n, depth_k):
+    """SWAP's rules: A at the level above n, B at n's level, with the
+    usable ranges of their variables at k (both in one reduction each)."""
+    level_a = jnp.maximum(depth_n - 1, 0)
+    var_a, split_a = take_small(path.var, level_a), take_small(path.cut, level_a)
+    top_a, log_s_a = take_small(path.top, level_a), take_small(path.log_s, level_a)
+    var_b, split_b = take_small(path.var, depth_n), take_small(path.cut, depth_n)
+    top_b, log_s_b = take_small(path.top, depth_n), take_small(path.log_s, depth_n)
+    lo_ab, hi_ab = _range_on_path(path, depth_k, jnp.stack([var_a, var_b]), jnp.stack([top_a, top_b]))
+    (lo_a, lo_b), (hi_a, hi_b) = lo_ab, hi_ab
+    return _Rule(var_a, split_a, lo_a, hi_a, log_s_a), _Rule(var_b, split_b, lo_b, hi_b, log_s_b)
+
+
+def _usable_at(path, depth_k, max_split, one):
+    """The predictors with a usable split index at k, ``(p,)`` bool: those
+    with cut-points, less the variables of k's ancestors that the path
+    exhausts."""
+    p = max_split.shape[0]
+    gone = _exhausted_on_path(path, depth_k)
+    (gone,) = computed(one, gone)
+    usable = max_split > 0
+    for j in range(gone.shape[0]):
+        usable = usable & ~(gone[j] & (jnp.arange(p) == path.var[j]))
+    return usable
+
+
+class _Normalisers(NamedTuple):
+    """Log normalisers of the split probabilities of the usable predictors."""
+
+    shift: jax.Array  # the largest log_s usable at k (0 if none), the shift of the exponentials
+    same_ab: jax.Array  # bool: SWAP's rules A and B have the same variable
+    log_norm_c: jax.Array  # at c now
+    log_norm_c_new: jax.Array  # at c after SWAP
+
+
+def _rule_normalisers(rule_a, rule_b, usable, log_s, dc, one, uniform_splits):
+    """The `_Normalisers` of the rule prior at k and at c. The usable
+    predictors at c, now and in the proposed tree, differ from those at k
+    at most in the variable of k's rule; `rest` are the usable ones at
+    both. Returns the rules and `usable` (computed once) and them."""
+    gone_a = (rule_a.hi > rule_a.lo) & _exhausts(rule_a.split, rule_a.lo, rule_a.hi, dc)
+    gone_b = (rule_b.hi > rule_b.lo) & _exhausts(rule_b.split, rule_b.lo, rule_b.hi, dc)
+    var_a, var_b, gone_a, gone_b, usable = computed(one, rule_a.var, rule_b.var, gone_a, gone_b, usable)
+    var_p = jnp.arange(usable.shape[0])
+    rest = usable & ~((var_p == var_a) & gone_a) & ~((var_p == var_b) & gone_b)
+    if uniform_splits:  # (the maxima below are 0 or, if none is usable, -inf made 0)
+        shift = shift_rest = 0.0
+    else:
+        shift = finite_or_zero(jnp.max(jnp.where(usable, log_s, -jnp.inf)))
+        shift_rest = finite_or_zero(jnp.max(jnp.where(rest, log_s, -jnp.inf)))
+    log_norm_rest = jnp.log(jnp.sum(jnp.where(rest, jnp.exp(log_s - shift_rest), 0.0))) + shift_rest
+    same_ab = var_a == var_b
+    log_norm_c = jnp.logaddexp(log_norm_rest, jnp.where(gone_b & ~(gone_a & same_ab), rule_b.log_s, -jnp.inf))
+    log_norm_c_new = jnp.logaddexp(log_norm_rest, jnp.where(gone_a & ~(gone_b & same_ab), rule_a.log_s, -jnp.inf))
+    norms = _Normalisers(shift, same_ab, log_norm_c, log_norm_c_new)
+    return rule_a._replace(var=var_a), rule_b._replace(var=var_b), usable, norms
+
+
+def _new_rule(path, depth_k, usable, log_s, max_split, shift, u_var, u_split, one) -> _Rule:
+    """A new rule at k from the prior (GROW, CHANGE): a usable variable with
+    probability proportional to its split probability, a split index
+    uniform in its usable range."""
+    var, top = computed(one, *choose_variable(usable, log_s, max_split, shift, u_var))
+    lo_v, hi_v = _range_on_path(path, depth_k, var, top)
+    split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
+    split = jnp.minimum(split, hi_v)
+    return _Rule(var, split, lo_v, hi_v)
+
+
+def _children_of_new_rule(prior, exhausted_k, new_rule):
+    """GROW, CHANGE: the split probabilities of k's children (leaves) under
+    the new rule."""
+    left = prior.at(exhausted_k + _exhausts(new_rule.split, new_rule.lo, new_rule.hi, False), 1)
+    right = prior.at(exhausted_k + _exhausts(new_rule.split, new_rule.lo, new_rule.hi, True), 1)
+    return left, right
+
+
+class _Swapped(NamedTuple):
+    """The tree after SWAP, around c."""
+
+    rule_a_at_c: _Rule  # rule A at c: its range is k's narrowed by B
+    rule_b_at_c: _Rule  # rule B at c now: its range is k's narrowed by A
+    p_split_c: _SplitProb  # c's split probability
+    leaves: list  # _SplitProb of 2c, 2c + 1 and c's sibling
+
+
+def _after_swap(prior, exhausted_k, rule_a, rule_b, dc, same_ab) -> _Swapped:
+    """SWAP: rule B at k, rule A at c; the ranges and split probabilities at
+    c and its leaves, and at c's sibling."""
+    exhausted_c_new = exhausted_k + _exhausts(rule_b.split, rule_b.lo, rule_b.hi, dc)
+    lo_a_c_new = jnp.where(same_ab & dc, jnp.maximum(rule_a.lo, rule_b.split), rule_a.lo)
+    hi_a_c_new = jnp.where(same_ab & ~dc, jnp.minimum(rule_a.hi, rule_b.split - 1), rule_a.hi)
+    lo_b_c = jnp.where(same_ab & dc, jnp.maximum(rule_b.lo, rule_a.split), rule_b.lo)
+    hi_b_c = jnp.where(same_ab & ~dc, jnp.minimum(rule_b.hi, rule_a.split - 1), rule_b.hi)
+    p_split_c_new = prior.at(exhausted_c_new, 0)
+    leaves_new = [  # 2c, 2c + 1, sibling
+        prior.at(exhausted_c_new + _exhausts(rule_a.split, lo_a_c_new, hi_a_c_new, False), 1),
+        prior.at(exhausted_c_new + _exhausts(rule_a.split, lo_a_c_new, hi_a_c_new, True), 1),
+        prior.at(exhausted_k + _exhausts(rule_b.split, rule_b.lo, rule_b.hi, ~dc), 0),
+    ]
+    return _Swapped(
+        rule_a._replace(lo=lo_a_c_new, hi=hi_a_c_new), rule_b._replace(lo=lo_b_c, hi=hi_b_c), p_split_c_new, leaves_new
+    )
+
+
+def _counts_after_move(kind, pick, counts_now, near, n, children_new, p_split_k, swap_leaves, heap_size):
+    """The numbers of eligible nodes of each kind in the proposed tree
+    (growable leaves, nodes whose children are leaves for PRUNE and CHANGE,
+    swappable pairs), from those now and the tree around n, entry by entry
+    (as scalars: the proposal's stacks are kernels of their own)."""
+
+    def count(x):
+        return x.astype(jnp.int32)
+
+    g_now, nog_now, change_now, swap_now = counts_now
+    growable_new_children = count(children_new[0].p > 0) + count(children_new[1].p > 0)
+    sibling_leaf = (n > 1) & near.leaf[3]
+    parent_swappable_after_prune = sibling_leaf & ((n >> 1) > 1) & near.leaf[5]
+    nog_after_grow = nog_now + 1 - count(sibling_leaf)
+    nog_after_prune = nog_now - 1 + count(sibling_leaf)
+    small = heap_size <= 4
+    after_grow = (
+        g_now - near.growable[0] + growable_new_children,
+        nog_after_grow,
+        jnp.int32(0) if small else nog_after_grow,
+        swap_now + count(sibling_leaf) - near.swappable[4] - near.swappable[3],
+    )
+    after_prune = (
+        g_now - near.growable[1] - near.growable[2] + count(p_split_k.p > 0),
+        nog_after_prune,
+        jnp.int32(0) if small else nog_after_prune,
+        swap_now - near.swappable[0] + near.nog[3] + count(parent_swappable_after_prune),
+    )
+    after_change = (g_now - near.growable[1] - near.growable[2] + growable_new_children, nog_now, change_now, swap_now)
+    after_swap = (
+        g_now
+        - near.growable[1]
+        - near.growable[2]
+        - near.growable[3]
+        + count(swap_leaves[0].p > 0)
+        + count(swap_leaves[1].p > 0)
+        + count(swap_leaves[2].p > 0),
+        nog_now,
+        change_now,
+        swap_now,
+    )
+    return [pick(kind, list(values)) for values in zip(after_grow, after_prune, after_change, after_swap, strict=True)]
+
+
+def _log_proposal_ratio(kind, pick, kinds, move_probs, log_probs_now, counts_now, counts_new):
+    """The log proposal ratio, as two terms: 'move', the log probability of
+    the reverse move's kind in the proposed tree (each kind is its own
+    reverse but GROW and PRUNE) less that of the kind now; 'node' (GROW,
+    PRUNE), the log number of nodes to choose from now less that for the
+    reverse move."""
+    g_now, nog_now = counts_now[0], counts_now[1]
+    weight_new = [jnp.where((count > 0) & kinds[i], move_probs[i], 0.0) for i, count in enumerate(counts_new)]
+    total_new = ((weight_new[0] + weight_new[1]) + weight_new[2]) + weight_new[3]
+    reverse = pick(kind, [jnp.int32(PRUNE), jnp.int32(GROW), jnp.int32(CHANGE), jnp.int32(SWAP)])
+    log_reverse_new = jnp.log(take_small(weight_new, reverse)) - jnp.log(jnp.where(total_new > 0, total_new, 1.0))
+    log_kind_now = take_small(log_probs_now, kind)
+    log_move = log_reverse_new - log_kind_now
+    log_nodes = jnp.log(jnp.where(kind == GROW, g_now, nog_now).astype(jnp.float32)) - jnp.log(
+        take_small(counts_new, reverse).astype(jnp.float32)
+    )
+    return log_move, log_nodes
+
+
+def _log_prior_terms(p_split_k, children_now, children_new):
+    """The log prior ratio of GROW, PRUNE and CHANGE, as named terms: 'split',
+    k becomes internal (GROW) or a leaf (PRUNE); 'children', k's children
+    are leaves in the proposed tree (GROW, CHANGE) or not any more (PRUNE,
+    CHANGE). CHANGE has no rule term: the rule's proposal is its prior, so
+    they cancel."""
+    (left_now, right_now), (left_new, right_new) = children_now, children_new
+    grow = {
+        'split': p_split_k.log - p_split_k.log_not,
+        'children': left_new.log_not + right_new.log_not,
+    }
+    prune = {
+        'split': p_split_k.log_not - p_split_k.log,
+        'children': -left_now.log_not - right_now.log_not,
+    }
+    change = {
+        'children': left_new.log_not + right_new.log_not - left_now.log_not - right_now.log_not,
+    }
+    return grow, prune, change
+
+
+def _swap_prior_terms(rule_a, rule_b, swapped, norms, p_split_c_now, leaves_now):
+    """The log prior ratio of SWAP, as named terms: the rules at k
+    ('rule_parent': the normaliser at k cancels) and at c ('rule_child'),
+    c's split probability ('split_child') and its leaves' and its
+    sibling's ('leaves'). The pair is chosen uniformly among the same pairs
+    both ways, so the proposal ratio is the kinds' only."""
+    leaves = [new.log_not - old.log_not for new, old in zip(swapped.leaves, leaves_now, strict=True)]
+    a_at_c, b_at_c = swapped.rule_a_at_c, swapped.rule_b_at_c
+    return {
+        'rule_parent': _rule_log_prior(rule_b.lo, rule_b.hi, rule_b.log_s, 0.0, rule_b.split)
+        - _rule_log_prior(rule_a.lo, rule_a.hi, rule_a.log_s, 0.0, rule_a.split),
+        'rule_child': _rule_log_prior(a_at_c.lo, a_at_c.hi, rule_a.log_s, norms.log_norm_c_new, rule_a.split)
+        - _rule_log_prior(b_at_c.lo, b_at_c.hi, rule_b.log_s, norms.log_norm_c, rule_b.split),
+        'split_child': swapped.p_split_c.log - p_split_c_now.log,
+        'leaves': (leaves[0] + leaves[1]) + leaves[2],
+    }
+
+
+def _rules_to_set(kind, possible, pick, nodes, new_rule, rule_a, rule_b):
+    """The nodes whose rule changes if the move is accepted and their new
+    rules (variable and split index 0 for a node that becomes a leaf)."""
+    zero = jnp.int32(0)
+    k, c = nodes.k, nodes.c
+    var, split = new_rule.var, new_rule.split
+    set_node = picked(kind, possible, pick, (k, k), (k, k), (k, k), (k, c), unused=zero)
+    set_var = picked(kind, possible, pick, (var, var), (zero, zero), (var, var), (rule_b.var, rule_a.var), unused=zero)
+    set_split = picked(
+        kind, possible, pick, (split, split), (zero, zero), (split, split), (rule_b.split, rule_a.split), unused=zero
+    )
+    return set_node, set_var, set_split
