@@ -25,9 +25,13 @@ jax.config.update('jax_compilation_cache_dir', str(_REPO_ROOT / '.jax_cache'))
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
 jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 
-# Tests patch traced code in place (a module constant, a wrapped move), which
-# the key of the compiled programs that bartz keeps on disk cannot see: the
-# suite compiles them as jit does. tests/test_compile_cache.py tests that layer.
+# Some tests patch traced code in place, which the key of the compiled
+# programs that bartz keeps on disk cannot see (a sweep's plan it does see:
+# the plan is part of the state's tree structure): a perturbed move or
+# likelihood (test_mcmcstep, test_dart, test_geweke), grove._roll_levels
+# (test_grove), mcmcloop.REFRESH_EVERY (test_refresh), jax.random.uniform
+# (test_BART). So the suite compiles them as jit does;
+# tests/test_compile_cache.py tests that layer.
 from bartz._compile import programs as _programs  # noqa: E402
 
 _programs.enabled = False
