@@ -48,6 +48,13 @@ and SWAP is left out, and the sweep carries two cells per move instead of
 four; the draws are those of the four-kind program with the same
 probabilities, up to float rounding.
 
+This module holds the statistics: the steps of `propose_tree` and the terms
+of its ratio. The prior of the rules it uses (ranges on a path, rule and
+split probabilities, a rule drawn from the prior) is in `_move_rules`, the
+machine tricks (packed masks, element-wise reductions, values kept in
+kernels of their own) in `_move_bits`, the cells of the sweep in
+`_move_cells`; `bartz.sampler.reference` is the same proposal, plainly.
+
 The log ratio of each kind is a sum of named terms (`_TERM_PERTURBATION`
 and `_TERM_SCALE` let the tests perturb any one of them and check that the
 prior test notices).
@@ -76,18 +83,29 @@ from bartz.sampler._move_bits import (
     SWAPPABLE,
     bits_at,
     choose_set_bit,
-    choose_variable,
     computed,
-    finite_or_zero,
     first_above,
     level_of_node,
     num_exhausted,
     opaque_one,
-    path_levels,
     take_small,
     tree_summary,
 )
 from bartz.sampler._move_cells import CHANGE, GROW, PRUNE, SWAP, MoveNodes, cell_tables, picked
+from bartz.sampler._move_rules import (
+    Path,
+    children_of_new_rule,
+    draw_rule,
+    log_rule_prior,
+    node_ranges,
+    pair_rules,
+    path_rules,
+    rule_log_prior,
+    rule_normalisers,
+    split_prior,
+    swapped_rules,
+    usable_at,
+)
 
 __all__ = [
     'ALL_KINDS',
@@ -209,136 +227,6 @@ class Moves(NamedTuple):
     set_var: jax.Array  # (2,) int32: their new variable (0 if they become leaves)
     set_split: jax.Array  # (2,) int32: their new split index (0: not internal)
 
-# ---------------------------------------------------------------- rules on a path
-
-
-class _Path(NamedTuple):
-    """The rules on the path to a node, level by level (``(L,)`` arrays)."""
-
-    var: jax.Array  # int32: variable of the ancestor at each level (the node itself at its level)
-    cut: jax.Array  # int32: its split index
-    right: jax.Array  # bool: the path turns right there
-    top: jax.Array  # int32: max_split of the variable
-    log_s: jax.Array  # float32: log_s of the variable
-
-
-def _path(var_tree, split_tree, max_split, log_s, node, depth) -> _Path:
-    """The rules on the path to `node` at level `depth`."""
-    half = split_tree.shape[0]
-    level = jnp.arange(path_levels(half), dtype=jnp.int32)
-    up = depth - level
-    anc = jnp.clip(node >> jnp.maximum(up, 0), 0, half - 1)
-    right = ((node >> jnp.maximum(up - 1, 0)) & 1).astype(bool)
-    rule = (var_tree.astype(jnp.int32) << 16) | split_tree.astype(jnp.int32)  # one gather for both
-    rule = rule[anc]
-    var = rule >> 16
-    table = jnp.stack([max_split.astype(jnp.float32), log_s], axis=1)[var]  # exact below 2**24
-    return _Path(var, rule & 0xFFFF, right, table[:, 0].astype(jnp.int32), table[:, 1])
-
-
-def _range_on_path(path: _Path, num_levels, var, top):
-    """Usable split indices ``lo + 1 .. hi`` of `var` (with `top` =
-    ``max_split[var]``) below the first `num_levels` rules of `path`; `var`
-    and `top` may be arrays of the same shape (one range each)."""
-    var, top = jnp.asarray(var)[..., None], jnp.asarray(top)[..., None]
-    same = (path.var == var) & (jnp.arange(path.var.shape[0]) < num_levels)
-    lo = jnp.max(jnp.where(same & path.right, path.cut, 0), axis=-1)
-    hi = jnp.min(jnp.where(same & ~path.right, path.cut - 1, top), axis=-1)
-    return lo, hi
-
-
-def _exhausted_on_path(path: _Path, num_levels):
-    """Whether the variable of each rule of `path` is exhausted below the
-    first `num_levels` rules, ``(L,)``: only these variables can be (the
-    others are usable iff their ``max_split`` is positive)."""
-    lo, hi = _range_on_path(path, num_levels, path.var, path.top)
-    return (jnp.arange(path.var.shape[0]) < num_levels) & (hi <= lo)
-
-
-def node_ranges(var_tree, split_tree, max_split, node):
-    """Usable split indices ``lo + 1 .. hi`` of every predictor at `node`,
-    given the rules of its ancestors: two ``(p,)`` int32 arrays."""
-    p = max_split.shape[0]
-    depth = level_of_node(node)
-    path = _path(var_tree, split_tree, max_split, jnp.zeros(p), node, depth)
-    return _range_on_path(path, depth, jnp.arange(p), max_split)
-
-
-def log_rule_prior(lo, hi, log_s, var, split):
-    """Log prior probability of the rule ``(var, split)`` at a node with
-    usable ranges ``lo, hi``: the variable's split probability among the
-    usable predictors, times 1 / (number of its usable split indices); -inf
-    if the split index is not usable there."""
-    log_norm = jax.scipy.special.logsumexp(jnp.where(hi > lo, log_s, -jnp.inf))
-    return _rule_log_prior(lo[var], hi[var], log_s[var], log_norm, split)
-
-
-def _rule_log_prior(lo_var, hi_var, log_s_var, log_norm, split):
-    """`log_rule_prior` from the variable's range and log split probability
-    and the log normaliser of the split probabilities at the node."""
-    ok = (lo_var < split) & (split <= hi_var) & jnp.isfinite(log_s_var)
-    width = (hi_var - lo_var).astype(jnp.float32)
-    value = log_s_var - log_norm - jnp.log(jnp.where(ok, width, 1.0))
-    return jnp.where(ok, value, -jnp.inf)
-
-
-def _exhausts(split, lo, hi, to_right):
-    """Whether the rule leaves no split index in the child on that side."""
-    return jnp.where(to_right, hi <= split, split - 1 <= lo)
-
-
-class _Rule(NamedTuple):
-    """A rule ``X[var] >= split`` and the usable range ``lo + 1 .. hi`` of
-    its variable where it sits (int32 scalars)."""
-
-    var: jax.Array
-    split: jax.Array
-    lo: jax.Array
-    hi: jax.Array
-    log_s: jax.Array | None = None  # float32: log_s of the variable
-
-
-# ---------------------------------------------------------------- the split prior
-
-
-class _SplitProb(NamedTuple):
-    """Prior probability that a node is internal, and its logs."""
-
-    p: jax.Array
-    log: jax.Array  # log p
-    log_not: jax.Array  # log(1 - p)
-
-
-class _SplitPrior(NamedTuple):
-    """The prior split probabilities at the level of the move's node and
-    the level below, given the number of exhausted predictors."""
-
-    levels: tuple  # (_SplitProb at n's level, _SplitProb one level below)
-    n_root: jax.Array  # int32: predictors with some cut-point
-    exhaustible: bool | None  # static, as in `propose_tree`
-
-    def at(self, exhausted, level):
-        """The split probability of a node at the level of n (`level` 0) or
-        below (1) with `exhausted` predictors."""
-        p, log_p, log_not_p = self.levels[level]
-        if self.exhaustible is False:
-            # every node keeps a predictor (but at the bottom level, where
-            # p is 0 anyway): the counts of exhausted predictors are not
-            # computed (zero) and the code that adds to them is dropped
-            return _SplitProb(p, log_p, log_not_p)
-        ok = self.n_root - exhausted > 0
-        return _SplitProb(jnp.where(ok, p, 0.0), jnp.where(ok, log_p, -jnp.inf), jnp.where(ok, log_not_p, 0.0))
-
-
-def _split_prior(p_nonterminal, n_root, depth_n, exhaustible) -> _SplitPrior:
-    """`_SplitPrior` at level `depth_n`, the logs from tables (one log per
-    level for all trees)."""
-    tables = (p_nonterminal, jnp.log(p_nonterminal), jnp.log1p(-p_nonterminal))
-    at_level_n = _SplitProb(*(take_small(table, depth_n) for table in tables))
-    at_level_below = _SplitProb(*(take_small(table, depth_n + 1) for table in tables))
-    return _SplitPrior((at_level_n, at_level_below), n_root, exhaustible)
-
-
 # ---------------------------------------------------------------- the proposal
 
 
@@ -403,7 +291,7 @@ def propose_tree(
     -----
     The steps, as in Chipman, George & McCulloch (1998): choose the kind
     (`_choose_kind`) and the node (`_choose_node`); a new rule from the
-    prior (`_new_rule`); the log proposal ratio (`_log_proposal_ratio`,
+    prior (`draw_rule`); the log proposal ratio (`_log_proposal_ratio`,
     from the counts of eligible nodes in the proposed tree,
     `_counts_after_move`) and the log prior ratio (`_log_prior_terms`,
     `_swap_prior_terms`), as named terms; the cells for the sweep.
@@ -433,22 +321,22 @@ def propose_tree(
     near = _around(now.words, n, heap_size)
     n_root = jnp.sum(max_split > 0)
     depth_n = level_of_node(n)
-    prior = _split_prior(p_nonterminal, n_root, depth_n, exhaustible)
+    prior = split_prior(p_nonterminal, n_root, depth_n, exhaustible)
     near_p_split = [prior.at(near.exhausted[i], level) for i, level in enumerate([0, 1, 1, 0])]
 
     # the rules on the path to n; k is n or its parent (SWAP: A = rule at k, B = rule at c)
-    path = _Path(*computed(one, *_path(var_tree, split_tree, max_split, log_s, n, depth_n)))
+    path = Path(*computed(one, *path_rules(var_tree, split_tree, max_split, log_s, n, depth_n)))
     depth_k = jnp.where(is_swap, depth_n - 1, depth_n)
-    rule_a, rule_b = _pair_rules(path, depth_n, depth_k)
-    usable = _usable_at(path, depth_k, max_split, one)
-    rule_a, rule_b, usable, norms = _rule_normalisers(rule_a, rule_b, usable, log_s, nodes.dc, one, uniform_splits)
-    new_rule = _new_rule(path, depth_k, usable, log_s, max_split, norms.shift, u_var, u_split, one)
+    rule_a, rule_b = pair_rules(path, depth_n, depth_k)
+    usable = usable_at(path, depth_k, max_split, one)
+    rule_a, rule_b, usable, norms = rule_normalisers(rule_a, rule_b, usable, log_s, nodes.dc, one, uniform_splits)
+    new_rule = draw_rule(path, depth_k, usable, log_s, max_split, norms.shift, u_var, u_split, one)
 
     # the split probabilities of the nodes the move changes, in the proposed tree
     exhausted_k = jnp.where(is_swap, near.exhausted[4], near.exhausted[0])
-    children_new = _children_of_new_rule(prior, exhausted_k, new_rule)
+    children_new = children_of_new_rule(prior, exhausted_k, new_rule)
     children_now = (near_p_split[1], near_p_split[2])
-    swapped = _after_swap(prior, exhausted_k, rule_a, rule_b, nodes.dc, norms.same_ab)
+    swapped = swapped_rules(prior, exhausted_k, rule_a, rule_b, nodes.dc, norms.same_ab)
     leaves_now = [near_p_split[1], near_p_split[2], near_p_split[3]]
 
     counts_new = _counts_after_move(kind, pick, counts_now, near, n, children_new, near_p_split[0], swapped.leaves, heap_size)
@@ -464,12 +352,18 @@ def propose_tree(
     log_ratio = pick(kind, [_sum_terms(move, terms[move]) for move in MOVE_NAMES])
 
     cells = cell_tables(kind, possible, pick, nodes, slot, now.leaf, one)
-    set_node, set_var, set_split = _rules_to_set(kind, possible, pick, nodes, new_rule, rule_a, rule_b)
+    rules = _rules_to_set(kind, possible, pick, nodes, new_rule, rule_a, rule_b)
+    return _as_moves(possible, kind, is_swap, nodes, new_rule, rule_b, log_ratio, cells, rules, now.leaf, entries)
+
+
+def _as_moves(possible, kind, is_swap, nodes, new_rule, rule_b, log_ratio, cells, rules, leaf, entries) -> Moves:
+    """The `Moves` of one tree from the proposal's parts; the small fields
+    stacked, or with `entries` as tuples of their entries."""
 
     def output(values):
-        """A small output field from its entries: as they are with `entries`, else stacked."""
         return tuple(values) if entries else jnp.stack(values)
 
+    set_node, set_var, set_split = rules
     return Moves(
         allowed=possible,
         kind=kind,
@@ -485,8 +379,8 @@ def propose_tree(
         cell_new=output(cells['cell_new']),
         cell_fresh=output([cells['cell_fresh'][i] for i in range(4)]),
         identity=cells['identity'],
-        leaf=now.leaf,
-        new_leaf=jnp.where(possible, cells['new_leaf'], now.leaf),
+        leaf=leaf,
+        new_leaf=jnp.where(possible, cells['new_leaf'], leaf),
         set_node=output(set_node),
         set_var=output(set_var),
         set_split=output(set_split),
@@ -553,117 +447,12 @@ def _around(words, n, heap_size) -> _Near:
         near_exhausted = near_exhausted + (at[EXHAUSTED + b] << b)
     return _Near(near_leaf, near_nog, near_swappable, near_growable, near_exhausted)
 
-
-def _pair_rules(path, depth_n, depth_k):
-    """SWAP's rules: A at the level above n, B at n's level, with the
-    usable ranges of their variables at k (both in one reduction each)."""
-    level_a = jnp.maximum(depth_n - 1, 0)
-    var_a, split_a = take_small(path.var, level_a), take_small(path.cut, level_a)
-    top_a, log_s_a = take_small(path.top, level_a), take_small(path.log_s, level_a)
-    var_b, split_b = take_small(path.var, depth_n), take_small(path.cut, depth_n)
-    top_b, log_s_b = take_small(path.top, depth_n), take_small(path.log_s, depth_n)
-    lo_ab, hi_ab = _range_on_path(path, depth_k, jnp.stack([var_a, var_b]), jnp.stack([top_a, top_b]))
-    (lo_a, lo_b), (hi_a, hi_b) = lo_ab, hi_ab
-    return _Rule(var_a, split_a, lo_a, hi_a, log_s_a), _Rule(var_b, split_b, lo_b, hi_b, log_s_b)
-
-
-def _usable_at(path, depth_k, max_split, one):
-    """The predictors with a usable split index at k, ``(p,)`` bool: those
-    with cut-points, less the variables of k's ancestors that the path
-    exhausts."""
-    p = max_split.shape[0]
-    gone = _exhausted_on_path(path, depth_k)
-    (gone,) = computed(one, gone)
-    usable = max_split > 0
-    for j in range(gone.shape[0]):
-        usable = usable & ~(gone[j] & (jnp.arange(p) == path.var[j]))
-    return usable
-
-
-class _Normalisers(NamedTuple):
-    """Log normalisers of the split probabilities of the usable predictors."""
-
-    shift: jax.Array  # the largest log_s usable at k (0 if none), the shift of the exponentials
-    same_ab: jax.Array  # bool: SWAP's rules A and B have the same variable
-    log_norm_c: jax.Array  # at c now
-    log_norm_c_new: jax.Array  # at c after SWAP
-
-
-def _rule_normalisers(rule_a, rule_b, usable, log_s, dc, one, uniform_splits):
-    """The `_Normalisers` of the rule prior at k and at c. The usable
-    predictors at c, now and in the proposed tree, differ from those at k
-    at most in the variable of k's rule; `rest` are the usable ones at
-    both. Returns the rules and `usable` (computed once) and them."""
-    gone_a = (rule_a.hi > rule_a.lo) & _exhausts(rule_a.split, rule_a.lo, rule_a.hi, dc)
-    gone_b = (rule_b.hi > rule_b.lo) & _exhausts(rule_b.split, rule_b.lo, rule_b.hi, dc)
-    var_a, var_b, gone_a, gone_b, usable = computed(one, rule_a.var, rule_b.var, gone_a, gone_b, usable)
-    var_p = jnp.arange(usable.shape[0])
-    rest = usable & ~((var_p == var_a) & gone_a) & ~((var_p == var_b) & gone_b)
-    if uniform_splits:  # (the maxima below are 0 or, if none is usable, -inf made 0)
-        shift = shift_rest = 0.0
-    else:
-        shift = finite_or_zero(jnp.max(jnp.where(usable, log_s, -jnp.inf)))
-        shift_rest = finite_or_zero(jnp.max(jnp.where(rest, log_s, -jnp.inf)))
-    log_norm_rest = jnp.log(jnp.sum(jnp.where(rest, jnp.exp(log_s - shift_rest), 0.0))) + shift_rest
-    same_ab = var_a == var_b
-    log_norm_c = jnp.logaddexp(log_norm_rest, jnp.where(gone_b & ~(gone_a & same_ab), rule_b.log_s, -jnp.inf))
-    log_norm_c_new = jnp.logaddexp(log_norm_rest, jnp.where(gone_a & ~(gone_b & same_ab), rule_a.log_s, -jnp.inf))
-    norms = _Normalisers(shift, same_ab, log_norm_c, log_norm_c_new)
-    return rule_a._replace(var=var_a), rule_b._replace(var=var_b), usable, norms
-
-
-def _new_rule(path, depth_k, usable, log_s, max_split, shift, u_var, u_split, one) -> _Rule:
-    """A new rule at k from the prior (GROW, CHANGE): a usable variable with
-    probability proportional to its split probability, a split index
-    uniform in its usable range."""
-    var, top = computed(one, *choose_variable(usable, log_s, max_split, shift, u_var))
-    lo_v, hi_v = _range_on_path(path, depth_k, var, top)
-    split = lo_v + 1 + jnp.floor(u_split * (hi_v - lo_v)).astype(jnp.int32)
-    split = jnp.minimum(split, hi_v)
-    return _Rule(var, split, lo_v, hi_v)
-
-
-def _children_of_new_rule(prior, exhausted_k, new_rule):
-    """GROW, CHANGE: the split probabilities of k's children (leaves) under
-    the new rule."""
-    left = prior.at(exhausted_k + _exhausts(new_rule.split, new_rule.lo, new_rule.hi, False), 1)
-    right = prior.at(exhausted_k + _exhausts(new_rule.split, new_rule.lo, new_rule.hi, True), 1)
-    return left, right
-
-
-class _Swapped(NamedTuple):
-    """The tree after SWAP, around c."""
-
-    rule_a_at_c: _Rule  # rule A at c: its range is k's narrowed by B
-    rule_b_at_c: _Rule  # rule B at c now: its range is k's narrowed by A
-    p_split_c: _SplitProb  # c's split probability
-    leaves: list  # _SplitProb of 2c, 2c + 1 and c's sibling
-
-
-def _after_swap(prior, exhausted_k, rule_a, rule_b, dc, same_ab) -> _Swapped:
-    """SWAP: rule B at k, rule A at c; the ranges and split probabilities at
-    c and its leaves, and at c's sibling."""
-    exhausted_c_new = exhausted_k + _exhausts(rule_b.split, rule_b.lo, rule_b.hi, dc)
-    lo_a_c_new = jnp.where(same_ab & dc, jnp.maximum(rule_a.lo, rule_b.split), rule_a.lo)
-    hi_a_c_new = jnp.where(same_ab & ~dc, jnp.minimum(rule_a.hi, rule_b.split - 1), rule_a.hi)
-    lo_b_c = jnp.where(same_ab & dc, jnp.maximum(rule_b.lo, rule_a.split), rule_b.lo)
-    hi_b_c = jnp.where(same_ab & ~dc, jnp.minimum(rule_b.hi, rule_a.split - 1), rule_b.hi)
-    p_split_c_new = prior.at(exhausted_c_new, 0)
-    leaves_new = [  # 2c, 2c + 1, sibling
-        prior.at(exhausted_c_new + _exhausts(rule_a.split, lo_a_c_new, hi_a_c_new, False), 1),
-        prior.at(exhausted_c_new + _exhausts(rule_a.split, lo_a_c_new, hi_a_c_new, True), 1),
-        prior.at(exhausted_k + _exhausts(rule_b.split, rule_b.lo, rule_b.hi, ~dc), 0),
-    ]
-    return _Swapped(
-        rule_a._replace(lo=lo_a_c_new, hi=hi_a_c_new), rule_b._replace(lo=lo_b_c, hi=hi_b_c), p_split_c_new, leaves_new
-    )
-
-
 def _counts_after_move(kind, pick, counts_now, near, n, children_new, p_split_k, swap_leaves, heap_size):
     """The numbers of eligible nodes of each kind in the proposed tree
     (growable leaves, nodes whose children are leaves for PRUNE and CHANGE,
     swappable pairs), from those now and the tree around n, entry by entry
-    (as scalars: the proposal's stacks are kernels of their own)."""
+    (as scalars: the proposal's stacks are kernels of their own, jaxlib
+    0.10.2)."""
 
     def count(x):
         return x.astype(jnp.int32)
@@ -752,10 +541,10 @@ def _swap_prior_terms(rule_a, rule_b, swapped, norms, p_split_c_now, leaves_now)
     leaves = [new.log_not - old.log_not for new, old in zip(swapped.leaves, leaves_now, strict=True)]
     a_at_c, b_at_c = swapped.rule_a_at_c, swapped.rule_b_at_c
     return {
-        'rule_parent': _rule_log_prior(rule_b.lo, rule_b.hi, rule_b.log_s, 0.0, rule_b.split)
-        - _rule_log_prior(rule_a.lo, rule_a.hi, rule_a.log_s, 0.0, rule_a.split),
-        'rule_child': _rule_log_prior(a_at_c.lo, a_at_c.hi, rule_a.log_s, norms.log_norm_c_new, rule_a.split)
-        - _rule_log_prior(b_at_c.lo, b_at_c.hi, rule_b.log_s, norms.log_norm_c, rule_b.split),
+        'rule_parent': rule_log_prior(rule_b.lo, rule_b.hi, rule_b.log_s, 0.0, rule_b.split)
+        - rule_log_prior(rule_a.lo, rule_a.hi, rule_a.log_s, 0.0, rule_a.split),
+        'rule_child': rule_log_prior(a_at_c.lo, a_at_c.hi, rule_a.log_s, norms.log_norm_c_new, rule_a.split)
+        - rule_log_prior(b_at_c.lo, b_at_c.hi, rule_b.log_s, norms.log_norm_c, rule_b.split),
         'split_child': swapped.p_split_c.log - p_split_c_now.log,
         'leaves': (leaves[0] + leaves[1]) + leaves[2],
     }
