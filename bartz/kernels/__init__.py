@@ -18,6 +18,8 @@ by `plan_sweep`); a kernel given no plan plans for its own points.
 - `count_cells` / `count_equal`: how many indices of a row equal each of
   a few targets;
 - `psum`: sums over the devices the data are split over.
+
+What this module says of XLA's code generation was measured with jaxlib 0.10.2.
 """
 
 import functools

@@ -1,5 +1,8 @@
 """The Gibbs updates after the sweep over trees: the error variance, the
-probit and logistic latents, DART's split probabilities."""
+probit and logistic latents, DART's split probabilities.
+
+What this module says of XLA's code generation was measured with jaxlib 0.10.2.
+"""
 
 import jax
 from jax import lax, random
@@ -63,8 +66,8 @@ def _draw_latent_logit(key, state: State, data_axis=None) -> State:
     the offset). The sweep sums the precisions of each leaf afresh from the
     weights, so a logistic state carries no per-leaf precision sums
     (``forest.leaf_prec`` is None): keeping them equal to the new ``omega``
-    would take one more scatter per tree and sweep, about 15% of an
-    iteration at n = 10,000, for a field nothing reads.
+    would take one more scatter per tree and sweep, for a field nothing
+    reads.
     """
     forest = state.forest
     mean = state.z - state.resid

@@ -1,5 +1,8 @@
 """A tree's leaves in the sweep: their conjugate draws and noise, and the
-output row through which a tree hands its result to the next one."""
+output row through which a tree hands its result to the next one.
+
+What this module says of XLA's code generation was measured with jaxlib 0.10.2.
+"""
 
 import numpy as np
 from jax import lax, random

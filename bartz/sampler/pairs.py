@@ -14,6 +14,8 @@ the next pair's first pass. Per tree about half the passes over the data of
 the loop tree by tree, whose statistics and draws (`tree_stats`) it shares;
 the draws differ by float rounding only. Under `vmap` (chains vmapped on one
 device) the choice of a pair's path is a select, and both paths run.
+
+What this module says of XLA's code generation was measured with jaxlib 0.10.2.
 """
 
 import functools

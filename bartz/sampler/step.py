@@ -148,8 +148,8 @@ def propose_moves(key, state: State) -> Moves:
     kinds = ALL_KINDS if state.move_kinds is None else state.move_kinds.enabled
     exhaustible = None if state.move_kinds is None else state.move_kinds.exhaustible
     uniform = state.move_kinds is not None and state.move_kinds.uniform_splits
-    # (the small fields come as their entries, stacked here: 10 kernels
-    # fewer per iteration at n = 1,000 than stacked inside the vmap)
+    # (the small fields come as their entries, stacked here: fewer kernels
+    # than stacked inside the vmap)
     propose = functools.partial(_propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible, uniform_splits=uniform)
     propose = jax.vmap(propose, in_axes=(0, 0, 0, None, None, None, None))
     moves = _programs.inlined(propose)(

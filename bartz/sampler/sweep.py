@@ -27,6 +27,8 @@ How the sums are formed (data blocks, lanes, the loop body split in
 executors, pairs of trees sharing a pass) is the plan's choice
 (`bartz.kernels.plan.SweepPlan`); every plan draws the same chain, up to
 float rounding.
+
+What this module says of XLA's code generation was measured with jaxlib 0.10.2.
 """
 
 import functools
