@@ -38,11 +38,16 @@ Deviations from R, on purpose:
 - ``predict`` returns draws of the probability for binary outcomes.
 - A fit is saved with `BARTFit.save` and read with `bartz.load` (R saves
   the whole R object with ``saveRDS``).
+
+(Over 600 lines, and `gbart` over 60, because of `gbart`'s docstring, which
+documents R's arguments, and its call of `bartz.prep.checks.check_settings`,
+which passes each of them by name.)
 """
 
 import functools
 import threading
 import warnings
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -246,7 +251,7 @@ def gbart(
         key, so the chains start apart and R-hat can see a transient. The
         MCMC that follows is unchanged and exact; ``nskip`` still counts
         its burn-in iterations. Default 0: every tree starts as a leaf of
-        value 0, as R (see the user guide for the measured trade-off). Not
+        value 0, as R (see the user guide for the trade-off). Not
         supported with the data split over devices.
 
     Returns
@@ -270,7 +275,7 @@ def gbart(
     trees, Ann. Appl. Stat. 4(1). Sparapani, Spanbauer & McCulloch (2021),
     The BART R package, J. Stat. Softw. 97(1).
     """
-    # 1. check and convert the arguments, before anything touches JAX
+    # 1. check and convert the arguments, before anything touches JAX (each by name)
     outcome = priors.outcome_type(type)
     settings = _checks.check_settings(
         outcome,
@@ -310,6 +315,57 @@ def gbart(
     _programs.watch_maps()  # before anything compiles: a long session stays below Linux's limit of mappings
 
     # 2. encode the columns, cut-points, binning
+    data, key = _encode(x_train, y_train, x_test, w, seed, numcut, xinfo, outcome, settings)
+
+    # 3. R's priors
+    prior = _r_priors(outcome, data, settings)
+
+    # 4. run
+    X, X_test, trace, burn_sigma2, info = _sample(key, data, prior, outcome, settings, mesh)
+
+    # 5. package, and warn if the chains do not look converged; after the
+    # sampling, a Ctrl-C returns the fit with what is done (`bartz.api.fit.package`)
+    fit = package(
+        outcome=outcome,
+        settings=settings,
+        prior=prior,
+        encoding=data.enc,
+        splits=data.splits,
+        kept=data.kept,
+        trace=trace,
+        burn_sigma2=burn_sigma2,
+        info=info,
+        n=data.n,
+        X=X,
+        X_test=X_test,
+        n_test=0 if data.x_test is None else len(data.x_test),
+        mesh=mesh,
+    )
+    warn_convergence(fit, X)
+    return fit
+
+
+class _Data(NamedTuple):
+    """The training data of a fit, checked and encoded (`_encode`)."""
+
+    enc: encoding.Encoding  # columns of x_train to model columns
+    x: np.ndarray  # (n, p_enc) float64 encoded x_train, NaN where missing
+    y: np.ndarray  # (n,) float64 y_train
+    w: np.ndarray | None  # (n,) float64 error sd multipliers, or None
+    x_test: np.ndarray | None  # (n_test, p_model) model columns of x_test, or None
+    splits: prepcovars.Splits  # cut-points of the kept model columns
+    kept: np.ndarray  # (p_model,) bool: model columns kept by rm_const
+    X: np.ndarray  # (p_kept, n) bins of the kept training columns
+
+    @property
+    def n(self) -> int:
+        return self.x.shape[0]
+
+
+def _encode(x_train, y_train, x_test, w, seed, numcut, xinfo, outcome, settings):
+    """Check and encode the data, find the cut-points and bin x_train;
+    return the `_Data` and the key of `seed` (checked after the data, so
+    that the errors come in the order of the arguments)."""
     enc = encoding.fit_encoding(x_train, 'x_train')
     x = enc.encode(x_train, 'x_train')
     n = x.shape[0]
@@ -322,13 +378,16 @@ def gbart(
     key = _checks._make_key(seed)
     splits, kept = _cut_points(enc, x, numcut, xinfo, settings)
     X = _bins(enc, x, splits, kept)
+    return _Data(enc, x, y, w, x_test_model, splits, kept, X), key
 
-    # 3. R's priors
-    kept_encoded = enc.model_to_encoded(kept.astype(np.int64)) > 0
+
+def _r_priors(outcome, data: _Data, settings) -> priors.Priors:
+    """R's default priors (`bartz.priors.r_priors`) on the kept columns."""
+    kept_encoded = data.enc.model_to_encoded(data.kept.astype(np.int64)) > 0
     prior = priors.r_priors(
         outcome,
-        y,
-        x[:, kept_encoded],
+        data.y,
+        data.x[:, kept_encoded],
         offset=settings.offset,
         tau_num=settings.tau_num,
         sigest=settings.sigest,
@@ -338,39 +397,26 @@ def gbart(
         k=settings.k,
         ntree=settings.ntree,
     )
-
     _warn_float32_offset(outcome, prior)
+    return prior
 
-    # 4. run
+
+def _sample(key, data: _Data, prior, outcome, settings, mesh):
+    """Run the chains on the binned data (`_run`), with the predictions at
+    x_test compiled meanwhile; return the padded bins, the bins of x_test
+    (None without it) and what `_run` returns."""
+    enc, kept = data.enc, data.kept
     log_s = enc.log_split_weights()[kept] if enc.augmented else None
     # DART: the two copies of a column with missing values are one predictor
     group = np.unique(enc.model_encoded[kept], return_inverse=True)[1].astype(np.int32) if enc.augmented else None
-    X_test = None if x_test_model is None else fit_mod.bin_matrix(x_test_model, kept, splits)
+    X_test = None if data.x_test is None else fit_mod.bin_matrix(data.x_test, kept, data.splits)
     on_start = None
     if X_test is not None and mesh is None:
         on_start = functools.partial(_compile_test_predictions, X_test, settings, outcome, prior)
-    X, trace, burn_sigma2, info = _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group, on_start)
-
-    # 5. package, and warn if the chains do not look converged; after the
-    # sampling, a Ctrl-C returns the fit with what is done (`bartz.api.fit.package`)
-    fit = package(
-        outcome=outcome,
-        settings=settings,
-        prior=prior,
-        encoding=enc,
-        splits=splits,
-        kept=kept,
-        trace=trace,
-        burn_sigma2=burn_sigma2,
-        info=info,
-        n=n,
-        X=X,
-        X_test=X_test,
-        n_test=0 if x_test_model is None else len(x_test_model),
-        mesh=mesh,
+    X, trace, burn_sigma2, info = _run(
+        key, data.X, data.splits, log_s, prior, data.w, outcome, settings, mesh, group, on_start
     )
-    warn_convergence(fit, X)
-    return fit
+    return X, X_test, trace, burn_sigma2, info
 
 
 def mc_gbart(x_train, y_train, x_test=None, *, mc_cores=2, **kwargs) -> BARTFit:
@@ -497,15 +543,10 @@ def _compile_test_predictions(X_test, settings, outcome, prior, state, ndraws):
     threading.Thread(target=work, name='bartz-compile-x_test', daemon=True).start()
 
 
-def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None, on_start=None):
-    """Run the chains; return the padded bins, the trace (draws chain after
-    chain, ``fit_train`` cut to the real points, ``varcount`` and ``log_s``
-    to the real predictors), the burn-in error variances ``(nskip,
-    chains)`` and the `bartz.mcmcloop.RunInfo`. ``on_start(state, ndraws)``
-    is called before the chains run, with the initial state and the number
-    of draws the trace will have."""
+def _initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group):
+    """The padded bins and the sampler's state of one chain before the run
+    (`bartz.mcmcstep.init`)."""
     p, n = X.shape
-    mc_cores = settings.mc_cores
     num_data_devices = mesh.shape['data'] if mesh is not None else 1
     # the data axis padded to the size ladder, so that a new n reuses the
     # compiled sampler; the predictors too, with predictors that have no
@@ -542,6 +583,19 @@ def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None, o
         dart=dart if settings.sparse else None,
         move_probs=settings.move_probs,
     )
+    return X, state
+
+
+def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None, on_start=None):
+    """Run the chains; return the padded bins, the trace (draws chain after
+    chain, ``fit_train`` cut to the real points, ``varcount`` and ``log_s``
+    to the real predictors), the burn-in error variances ``(nskip,
+    chains)`` and the `bartz.mcmcloop.RunInfo`. ``on_start(state, ndraws)``
+    is called before the chains run, with the initial state and the number
+    of draws the trace will have."""
+    p, n = X.shape
+    mc_cores = settings.mc_cores
+    X, state = _initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group)
     # one chain on one device runs the plain sweep (no chain axis to vmap over)
     num_chains = None if mesh is None and mc_cores == 1 else mc_cores
     if num_chains is not None:
