@@ -35,6 +35,7 @@ from bartz import kernels
 from bartz.run import loop as mcmcloop
 from bartz.sampler import step as mcmcstep
 from bartz.sampler import moves as moves_module
+from bartz.sampler import reference_sweep
 from bartz.sampler import sweep as sweep_module
 from bartz.forest.grove import TreeHeaps
 from tests.coupling import assert_coupled
@@ -1526,3 +1527,50 @@ def test_proposal_and_tree_loop_trace_numpy_inline(small_data, monkeypatch):
     usual = jax.jit(propose_usual)(key, state)
     for a, b in zip(jax.tree.leaves(inline), jax.tree.leaves(usual), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+# the sweep's paths, each reached through a plan (`with_plan`), against the plain sweep
+_SWEEP_PATHS = {
+    'default': {},
+    'written-out-body': {'split_body': False},
+    'blocks': 'blocks',
+    'pairs': {'pair_loop': True},
+    'gpu': 'gpu',
+}
+
+
+@pytest.mark.no_key_reuse_check  # (the fast and the plain sweep take the same key)
+@pytest.mark.parametrize('path', list(_SWEEP_PATHS))
+@pytest.mark.parametrize('weighted', [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_sweep_matches_reference_sweep(path, weighted):
+    """One sweep over trees of every fast path (`bartz.sampler.sweep`)
+    gives what the plain sweep (`bartz.sampler.reference_sweep`) gives with
+    the same moves and key: the same trees, leaf indices, counts and
+    decisions; the same values up to float rounding."""
+    if path == 'pairs' and weighted:
+        pytest.skip('pairs of trees: without weights only')
+    valid = np.ones(DATA_N, bool)
+    valid[[3, 77, 150]] = False
+    state = data_state(4, weighted=weighted, valid=valid)
+    state, _ = run_data_chunk(random.key(4), state)  # trees of a few levels
+    changes = _SWEEP_PATHS[path]
+    if changes == 'blocks':
+        state = with_blocks(state)
+    elif changes == 'gpu':
+        gpu = mcmcstep.plan_sweep(DATA_N, backend='gpu', weighted=weighted, num_trees=DATA_TREES)
+        state = state._replace(plan=gpu.replace(masked_sums=True, lanes=False))
+    else:
+        state = with_plan(state, **changes)
+    key_moves, key_sweep = random.split(random.key(5))
+    moves = jax.jit(mcmcstep.propose_moves)(key_moves, state)
+    fast, info = jax.jit(sweep_module._sweep_trees)(key_sweep, state, moves)
+    plain, plain_info = jax.jit(reference_sweep.sweep_trees)(key_sweep, state, moves)
+    for name in ('var_tree', 'split_tree', 'leaf_indices', 'leaf_count'):
+        np.testing.assert_array_equal(getattr(fast.forest, name), getattr(plain.forest, name), err_msg=name)
+    for a, b in zip(info, plain_info, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert int(np.sum(info.grow_accepted) + np.sum(info.prune_accepted)) > 0
+    np.testing.assert_allclose(fast.forest.leaf_tree, plain.forest.leaf_tree, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(fast.resid, plain.resid, atol=1e-4)
+    if weighted:
+        np.testing.assert_allclose(fast.forest.leaf_prec, plain.forest.leaf_prec, rtol=1e-5)
