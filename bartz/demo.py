@@ -22,7 +22,11 @@ import time
 import warnings
 from pathlib import Path
 
+import jax
 import numpy as np
+
+from bartz import ConvergenceWarning, gbart
+from bartz.plot import plot_fit, plot_sigma, plt
 
 __all__ = ['friedman1', 'main']
 
@@ -103,12 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     if out.suffix.lower() != '.png':
         parser.error(f'--out must be a .png file, got {args.out!r}')
 
-    # import late, so that --help is instant
-    import jax  # noqa: PLC0415
-
-    from bartz import ConvergenceWarning, gbart  # noqa: PLC0415
-    from bartz.plot import plot_fit, plot_sigma, plt  # noqa: PLC0415
-
     rng = np.random.default_rng(args.seed)
     x, y, f_train = friedman1(args.n, rng)
     x_test, _, f_test = friedman1(args.ntest, rng)
@@ -121,8 +119,25 @@ def main(argv: list[str] | None = None) -> int:
         f'gbart with ntree={args.ntree}, nskip={args.nskip}, ndpost={args.ndpost}, mc_cores={chains} '
         f'on {jax.devices()[0].platform.upper()} ({jax.device_count()} device(s))'
     )
+    fit, total, converged = _fit(args, x, y, x_test, keepevery)
+    info = fit.run_info
+    if info.interrupted:
+        iterations = args.nskip + fit.ndpost // chains * keepevery
+    per_iter = max(info.elapsed - info.compile_time, 0.0) / max(iterations, 1)
+    rows = _summary(args, fit, f_train, f_test, iterations, per_iter, total, converged)
+    label_width = max(len(label) for label, _ in rows)
+    print('\nsummary')
+    for label, value in rows:
+        print(f'  {label:<{label_width}}  {value}')
+    _figure(args, out, fit, f_test, per_iter)
+    print(f'\nwrote {out}')
+    return 0
+
+
+def _fit(args, x, y, x_test, keepevery):
+    """Run `gbart`; return the fit, its time, and whether it passed the
+    convergence check (reported in the summary, not as a warning)."""
     start = time.perf_counter()
-    # the convergence check is reported in the summary, not as a warning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always', ConvergenceWarning)
         fit = gbart(
@@ -135,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             keepevery=keepevery,
             printevery=args.printevery or None,
             seed=args.seed,
-            mc_cores=chains,
+            mc_cores=args.mc_cores,
         )
     total = time.perf_counter() - start
     converged = True
@@ -144,13 +159,13 @@ def main(argv: list[str] | None = None) -> int:
             converged = False
         else:  # pass the other warnings on
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return fit, total, converged
 
+
+def _summary(args, fit, f_train, f_test, iterations, per_iter, total, converged):
+    """The rows of the printed summary: (label, value)."""
     info = fit.run_info
-    if info.interrupted:
-        iterations = args.nskip + fit.ndpost // chains * keepevery
-    mcmc_time = max(info.elapsed - info.compile_time, 0.0)
-    per_iter = mcmc_time / max(iterations, 1)
-
+    chains = args.mc_cores
     draws = fit.yhat_test
     mean = fit.yhat_test_mean
     low, high = np.quantile(draws, [0.025, 0.975], axis=0)
@@ -177,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if info.interrupted:
         rows.insert(0, ('note', 'interrupted by Ctrl-C: summary of the draws collected so far'))
-    label_width = max(len(label) for label, _ in rows)
-    print('\nsummary')
-    for label, value in rows:
-        print(f'  {label:<{label_width}}  {value}')
+    return rows
 
+
+def _figure(args, out, fit, f_test, per_iter):
+    """Write the PNG: predictions against the truth, and the trace of sigma."""
+    chains = args.mc_cores
     out.parent.mkdir(parents=True, exist_ok=True)
     fig, (ax_fit, ax_sigma) = plt.subplots(1, 2, figsize=(11, 4.8), layout='constrained')
     plot_fit(f_test, fit, ax_fit)
@@ -196,8 +212,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     fig.savefig(out, dpi=110)
     plt.close(fig)
-    print(f'\nwrote {out}')
-    return 0
 
 
 def _true_f(x: np.ndarray) -> np.ndarray:
@@ -205,8 +219,6 @@ def _true_f(x: np.ndarray) -> np.ndarray:
 
 
 def _convergence_line(fit, converged: bool) -> str:
-    from bartz import ConvergenceWarning  # noqa: PLC0415
-
     with warnings.catch_warnings():  # (already reported by `converged`)
         warnings.simplefilter('ignore', ConvergenceWarning)
         stats = fit.diagnostics()

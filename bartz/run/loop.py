@@ -16,8 +16,7 @@ independent of the chunking) the residuals and weighted per-leaf precision
 sums that the sweep updates incrementally are recomputed exactly from the
 trees (`bartz.mcmcstep.refresh`): float32 rounding errors then never
 accumulate over more than `REFRESH_EVERY` sweeps, however long the run.
-Its cost is one gather per tree every `REFRESH_EVERY` sweeps, negligible
-(benchmarks/README.md).
+Its cost is one gather per tree every `REFRESH_EVERY` sweeps.
 """
 
 import functools
@@ -212,7 +211,7 @@ def _maybe_refresh(refresh, state: mcmcstep.State, i) -> mcmcstep.State:
     """``refresh(state)`` if iteration ``i`` ends a refresh period, else `state`.
 
     The conditional returns only the recomputed fields: a branch that passed
-    the whole state through could make XLA copy it (leaf indices, ``m n``
+    the whole state through could make XLA (jaxlib 0.10.2) copy it (leaf indices, ``m n``
     bytes) at every iteration. (Refreshing after the last iteration of each
     call instead would make the draws depend on `printevery`.)
     """
@@ -345,34 +344,30 @@ def _internal_nodes(split_tree) -> tuple[int, int]:
 
 
 def _compiler_options(n: int) -> tuple:
-    """XLA options for the chunk, on CPU (measured in benchmarks/README.md):
+    """XLA options for the chunk, on CPU (jaxlib 0.10.2; the figures are in
+    benchmarks/LOG.md):
 
     - below `_LOW_OPT_MAX_POINTS` points, LLVM's optimisation level 1
       instead of 3 compiles the sweep faster and runs it faster too
       (per-kernel overheads dominate there); above, level 3 runs faster;
     - below `_ONE_TASK_MAX_POINTS` points, no ``cpu-parallel-task-assigner``
-      pass: it splits about 20 kernels of every iteration in two tasks for
-      the runtime's threads, most of them over a value per tree (logs and
-      divisions of the proposal), where the hand-over between threads costs
-      more than the work (warm `gbart` at n = 1,000 0.8 times the time,
-      3,000 0.94); above, the split of the ``(trees, n)`` kernels pays
-      (5,000: 1.04, 10,000: 1.08 times the time without it);
+      pass: it splits kernels over a value per tree (logs and divisions of
+      the proposal) in tasks for the runtime's threads, where the hand-over
+      costs more than the work; above, the split of the ``(trees, n)``
+      kernels pays;
     - below `_LOW_OPT_MAX_POINTS` points, no ``while-loop-invariant-code-motion``
       pass: it hoists what the loop computes from values that do not
       change (the hyperparameters' logs and reciprocals, the tables of the
       proposal, the scatter's lanes) out of the loop, each into a kernel
       of its own (XLA's CPU backend fuses no two outputs in one kernel),
       where inside the loop they fuse into the kernels that read them:
-      6 kernels fewer to compile at n = 1,000, and the loop is no slower
-      (warm `gbart` 0.93 times the time at n = 1,000, 1.01 at 10,000;
-      benchmarks/README.md);
+      fewer kernels to compile, and the loop is no slower;
     - below `_LOW_OPT_MAX_POINTS` points, no ``tree_reduction_rewriter``
       pass: it splits every reduction of more than 32 values in two
       kernels (blocks, then their sums), for accuracy over long float
       sums; below 2**15 values a single float32 sum is accurate to about
       1e-5 (the squared residuals of the error variance's draw; the
-      counts are integers): 4 kernels fewer, warm `gbart` 0.82 times the
-      time at n = 1,000 and 0.95 at 10,000.
+      counts are integers), and fewer kernels run.
 
     Without the task split or the hoisting the draws are the same bit for
     bit; level 1 and single reductions change their float rounding only
@@ -395,22 +390,20 @@ def _quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict |
     ``quick``), or None to compile the full program only.
 
     On CPU, XLA's older kernel emitters (``xla_cpu_use_fusion_emitters=False``)
-    compile the chunk in about 60% of the time (a first fit at n = 1,000:
-    1.8 s against 3.0 s of compilation) but run it 2.4 times slower at n =
-    1,000 and 2.7 times at 4,000; the draws are the same bit for bit
-    (checked with jaxlib `_programs.QUICK_CHECKED_JAXLIB`). A first run that
+    compile the chunk faster but run it slower; the draws are the same bit
+    for bit (checked with jaxlib `_programs.QUICK_CHECKED_JAXLIB`). A first run that
     is short enough to finish sooner that way starts on the quick program,
     while the full one compiles on a thread and takes over between calls
     (and is the one stored for later processes). Short enough: the
     estimated extra run time, `_QUICK_COST_PER_TREE` and
     `_QUICK_COST_PER_POINT` per tree and iteration times `runs` (iterations
     in a row on one thread: chains per worker), at most
-    `_QUICK_MAX_EXTRA_SECONDS` (benchmarks/README.md).
+    `_QUICK_MAX_EXTRA_SECONDS`.
 
     Off unless the environment variable ``BARTZ_QUICK_COMPILE`` is ``1``
     (or ``true``, ``on``, ``yes``): on a 2-core machine the full program
     compiling on its thread slows what follows the first fit (a refit, a
-    `predict`) by about as much as the first fit gains, and a process
+    `predict`) about as much as the first fit gains, and a process
     that ends meanwhile waits for it, so it pays only where the first
     result matters most (a first look in a notebook)."""
     if jax.default_backend() != 'cpu' or not _programs.quick_allowed():
@@ -421,8 +414,8 @@ def _quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict |
     return {'xla_cpu_use_fusion_emitters': False}
 
 
-# measured on a 2-core AMD EPYC VM at n = 1,000 and 4,000 (200 trees): 1.15 ms
-# and 2.7 ms more per iteration than the full program
+# seconds of extra run time of the quick program, per tree and iteration and
+# per tree, iteration and point (jaxlib 0.10.2 on CPU; see benchmarks/LOG.md)
 _QUICK_COST_PER_TREE = 3.2e-6
 _QUICK_COST_PER_POINT = 2.5e-9
 _QUICK_MAX_EXTRA_SECONDS = 0.5
@@ -539,9 +532,8 @@ def chain_workers(num_chains: int | None, mesh=None) -> int:
 
     On CPU, separate calls are faster even one after the other (the vmapped
     sweep does the per-chain scatters and gathers with batch indices), and
-    on several threads they use the cores that one call leaves idle
-    (benchmarks/README.md, `gbart` with 4 chains on 2 cores: 2 times faster
-    at n = 1,000 and 2,000, 2.5 times at 10,000). Elsewhere (GPU, a mesh of
+    on several threads they use the cores that one call leaves idle.
+    Elsewhere (GPU, a mesh of
     several devices) the chains stay vmapped.
     """
     if num_chains is None:
@@ -616,8 +608,7 @@ class _SplitChains:
 # calls of the chunk dispatched ahead of the one whose outputs `run_mcmc`
 # reads: they wait on the device behind it, which then does not sit idle
 # while the host reads the draws, updates the progress and dispatches the
-# next call (about 2 ms a call on the 2-core CPU of benchmarks/README.md:
-# warm fits 0.975-0.988 times the time at n = 1,000). The draw buffers of
+# next call. The draw buffers of
 # 1 + `_CALLS_AHEAD` calls (`chunk_shape`) are then on the device at once.
 # 0: call by call.
 _CALLS_AHEAD = 1
@@ -760,33 +751,9 @@ def run_mcmc(
     quick = _quick_options(n, total, num_trees, runs) if workers or mesh is None else None
     internal, num_forest_trees = _internal_nodes(state.forest.split_tree)
     num_vars = state.X.shape[0]
-    packing = None  # (the chains on threads unpack their draws themselves)
-    if workers:
-        split = _SplitChains(
-            _chunk_runner(
-                chunk,
-                chunk_draws,
-                save_train,
-                compiler_options=_compiler_options(n),
-                split_chains=0 if _keys_by_fold_in() else num_chains,
-            ),
-            state,
-            num_chains,
-            workers,
-            save_train,
-            quick,
-        )
+    runner, split, packing = _runner(state, chunk, chunk_draws, save_train, num_chains, mesh, workers, quick)
+    if split is not None:
         state = None  # its buffers now belong to `split`
-
-        def runner(key, _state, *args):
-            return None, split(key, *args)
-
-    else:
-        split = None
-        chunk_runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, _compiler_options(n))
-        if mesh is None:
-            packing = _draws_packing(state, save_train)
-        runner = chunk_runner if quick is None else functools.partial(chunk_runner, quick=quick)
     progress = _Progress(total, printevery)
     if dart_start is None:
         dart_start = n_burn // 2
@@ -842,18 +809,8 @@ def run_mcmc(
             dt = time.perf_counter() - t0
             if first_chunk_time is None:
                 first_chunk_time = (dt, iters)
-            last_sigma2 = out.sigma2[iters - 1]
-            figures = {
-                'iteration': done_iters,
-                'total': total,
-                'grow_acc': totals[1] / max(totals[0], 1),
-                'prune_acc': totals[3] / max(totals[2], 1),
-                'change_acc': totals[5] / max(totals[4], 1),
-                'swap_acc': totals[7] / max(totals[6], 1),
-                'mean_leaves': float(1 + (internal + totals[1] - totals[3]) / num_forest_trees),
-                'sigma': None if is_binary else float(np.mean(np.sqrt(last_sigma2))) * sigma_scale,
-                'elapsed': time.perf_counter() - start_time,
-            }
+            sigma = None if is_binary else float(np.mean(np.sqrt(out.sigma2[iters - 1]))) * sigma_scale
+            figures = _figures(done_iters, total, totals, internal, num_forest_trees, sigma, start_time)
             progress.update(figures)
             if callback is not None:
                 callback(figures)
@@ -878,17 +835,8 @@ def run_mcmc(
         late = split is not None and split.close()
     progress.close()
     elapsed = time.perf_counter() - start_time
-    if split is not None and late:
-        state = None
-    elif split is not None:
-        try:
-            state = split.state()
-        # interrupted inside a call that had taken (donated) a chain's state,
-        # or Ctrl-C while the states are stacked: the draws matter more
-        except RuntimeError:
-            state = None
-        except KeyboardInterrupt:
-            state, late = None, True
+    if split is not None:
+        state, late = _threads_state(split, late)
     collect = functools.partial(_collect, traces, split, state, save_train, num_vars, num_chains, chain_major)
     try:
         trace = collect()
@@ -902,12 +850,80 @@ def run_mcmc(
             file=sys.stderr,
         )
     interrupted |= late
-    compile_time = 0.0
-    if first_chunk_time is not None and done_iters > first_chunk_time[1]:
-        rate = (elapsed - first_chunk_time[0]) / (done_iters - first_chunk_time[1])
-        compile_time = max(0.0, first_chunk_time[0] - rate * first_chunk_time[1])
-    run_info = RunInfo(
-        burn_sigma2=None if is_binary else (np.concatenate(burn_sigma2) if burn_sigma2 else np.zeros(0, np.float32)),
+    compile_time = _compile_time(first_chunk_time, done_iters, elapsed)
+    burn_sigma2 = None if is_binary else (np.concatenate(burn_sigma2) if burn_sigma2 else np.zeros(0, np.float32))
+    return state, trace, _run_info(totals, burn_sigma2, elapsed, compile_time, interrupted)
+
+
+def _runner(state, chunk, chunk_draws, save_train, num_chains, mesh, workers, quick):
+    """The function that runs one call of the compiled chunk,
+    ``runner(key, state, i, iters, n_burn, n_skip, dart_start) -> (state,
+    outputs)``; the `_SplitChains` that holds the states of the chains on
+    threads (its runner returns None for the state), or None; and the
+    packing of the draws (`_draws_packing`), or None where they come
+    unpacked."""
+    n = state.resid.shape[-1]
+    if workers:
+        split = _SplitChains(
+            _chunk_runner(
+                chunk,
+                chunk_draws,
+                save_train,
+                compiler_options=_compiler_options(n),
+                split_chains=0 if _keys_by_fold_in() else num_chains,
+            ),
+            state,
+            num_chains,
+            workers,
+            save_train,
+            quick,
+        )
+
+        def runner(key, _state, *args):
+            return None, split(key, *args)
+
+        return runner, split, None  # (the chains on threads unpack their draws themselves)
+    chunk_runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, _compiler_options(n))
+    packing = _draws_packing(state, save_train) if mesh is None else None
+    runner = chunk_runner if quick is None else functools.partial(chunk_runner, quick=quick)
+    return runner, None, packing
+
+
+def _figures(done_iters, total, totals, internal, num_forest_trees, sigma, start_time) -> dict:
+    """The progress figures given to the progress bar and the callback;
+    `totals`: the `StepInfo` counts summed so far, in order."""
+    return {
+        'iteration': done_iters,
+        'total': total,
+        'grow_acc': totals[1] / max(totals[0], 1),
+        'prune_acc': totals[3] / max(totals[2], 1),
+        'change_acc': totals[5] / max(totals[4], 1),
+        'swap_acc': totals[7] / max(totals[6], 1),
+        'mean_leaves': float(1 + (internal + totals[1] - totals[3]) / num_forest_trees),
+        'sigma': sigma,
+        'elapsed': time.perf_counter() - start_time,
+    }
+
+
+def _threads_state(split, late: bool):
+    """The final state of the chains on threads, and whether a Ctrl-C came
+    late (after the last iteration). None where a Ctrl-C came after the
+    loop (`late`), inside a call that had taken (donated) a chain's state,
+    or while the states are stacked: the draws matter more."""
+    if late:
+        return None, late
+    try:
+        return split.state(), late
+    except RuntimeError:
+        return None, late
+    except KeyboardInterrupt:
+        return None, True
+
+
+def _run_info(totals, burn_sigma2, elapsed: float, compile_time: float, interrupted: bool) -> RunInfo:
+    """The `RunInfo` of a run; `totals`: the `StepInfo` counts summed, in order."""
+    return RunInfo(
+        burn_sigma2=burn_sigma2,
         grow_proposed=int(totals[0]),
         grow_accepted=int(totals[1]),
         prune_proposed=int(totals[2]),
@@ -921,7 +937,15 @@ def run_mcmc(
         swap_proposed=int(totals[6]),
         swap_accepted=int(totals[7]),
     )
-    return state, trace, run_info
+
+
+def _compile_time(first_chunk_time, done_iters: int, elapsed: float) -> float:
+    """Seconds of compilation: what the first call, of ``(seconds,
+    iterations)`` `first_chunk_time`, took beyond the rate of the later ones."""
+    if first_chunk_time is None or done_iters <= first_chunk_time[1]:
+        return 0.0
+    rate = (elapsed - first_chunk_time[0]) / (done_iters - first_chunk_time[1])
+    return max(0.0, first_chunk_time[0] - rate * first_chunk_time[1])
 
 
 def _num_draws(traces: list, split, num_chains: int | None) -> int:
