@@ -6,7 +6,7 @@ import jax
 from jax import numpy as jnp
 from jax.scipy.special import ndtr
 
-from bartz.forest import grove
+from bartz.forest import grove, heaps
 from bartz.forest.grove import TreeHeaps
 
 
@@ -79,7 +79,7 @@ def test_traverse_and_evaluate_match_brute_force(depth, dtype):
 
 def test_traverse_unrolled_matches_brute_force(monkeypatch):
     """The unrolled traversal of other backends than the CPU's."""
-    monkeypatch.setattr(grove, '_roll_levels', lambda: False)
+    monkeypatch.setattr(heaps, '_roll_levels', lambda: False)
     rng = np.random.default_rng(7)
     p, n, max_split = 3, 23, 6
     trees = random_forest(rng, 9, 5, p, max_split)
@@ -335,7 +335,7 @@ def test_evaluate_trace_retraverses_any_number_of_trees():
     """Draws in which 0 to all of 37 trees are replaced by new random trees:
     the replaced ones are traversed again in groups of 16 while more than 8
     remain, then of 4, the last group shifted back at the end of the list
-    (`grove._RETRAVERSE_GROUPS`); every count around those sizes (37 trees,
+    (`bartz.forest.trace._RETRAVERSE_GROUPS`); every count around those sizes (37 trees,
     all replaced: the last group starts at the last tree)."""
     rng = np.random.default_rng(11)
     p, n, max_split, num_trees, depth = 3, 29, 6, 37, 4

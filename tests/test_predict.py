@@ -16,9 +16,11 @@ from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
 from bartz import gbart
+from bartz.prep import cutpoints as prepcovars
 from bartz.prep import encoding
 from bartz.forest import grove
 from bartz.api import predict as predict_mod
+from bartz.forest import predict as pipeline
 
 N, P, N_TEST = 100, 3, 30
 SMALL = {'ntree': 20, 'ndpost': 50, 'nskip': 20, 'printevery': None}
@@ -76,6 +78,21 @@ def test_summaries_equal_those_of_the_draws(request, data, which, kind, q):
         assert out.shape == (N_TEST,)
     scale = np.abs(draws).max()
     assert_allclose(out, expected, rtol=0, atol=4e-7 * scale)
+
+
+def test_x_test_and_predict_are_one_pipeline(fit, data):
+    """``yhat_test`` (x_test during the fit, binned before the run) and
+    ``fit.predict(x_test)`` run the same pipeline: the same draws bit for bit;
+    the mean of the fit's draws at the training points without saved draws
+    (the compressed trace) equals ``predict``'s mean too."""
+    x, _, x_test = data
+    assert_array_equal(fit.yhat_test, fit.predict(x_test))
+    model, binning = predict_mod.from_fit(fit)
+    _, rows = next(predict_mod.iter_row_chunks('x', x, binning, 1000))
+    X = np.pad(prepcovars.bin_predictors_np(rows[:, binning.kept], binning.splits), ((0, 0), (0, 28)))
+    mean = predict_mod.evaluate_binned(X, N, fit._trace, kind='mean', link=None)  # noqa: SLF001
+    expected = predict_mod.to_data_units(mean.astype(np.float64), fit.offset, fit._scale)  # noqa: SLF001
+    assert_array_equal(expected, fit.predict(x, kind='mean'))
 
 
 def test_quantiles_match_numpy_on_ties_and_extremes():
@@ -232,13 +249,13 @@ def test_device_memory_does_not_grow_with_rows(fit):
         ('draws', None, False, False),
     ]
     for kind, q, predictive, is_compressed in cases:
-        static = predict_mod._Static(kind, q, 'affine', ndraws, is_compressed, predictive, budget)  # noqa: SLF001
+        plan = pipeline.Plan(kind, q, 'affine', ndraws, is_compressed, predictive, budget)
         trace = compressed if is_compressed else model.trace
         temps = []
         for n in (2**13, 2**16):
             X = jax.ShapeDtypeStruct((P, n), np.uint8)
             rows = jax.ShapeDtypeStruct((n,), np.uint32) if predictive else None
-            jitted = predict_mod._single_runner(static).__wrapped__  # noqa: SLF001
+            jitted = pipeline.runner(plan).__wrapped__
             lowered = jitted.lower(X, rows, None, trace, link_params, sigma, key)
             temps.append(lowered.compile().memory_analysis().temp_size_in_bytes)
         # at most one float per point beyond a constant (XLA may keep a copy of an (n,) output)

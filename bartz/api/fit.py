@@ -247,14 +247,12 @@ class BARTFit:
         return {'kind': kind, 'q': q, 'predictive': bool(predictive), 'key': key, 'max_memory': max_memory}
 
     def _evaluate(self, X, m, kind, max_memory, link):
-        """Evaluate the trace at the binned points `X` (padded), keep the first `m`."""
+        """Evaluate the trace at the binned points `X` (padded), keep the first
+        `m` (`bartz.api.predict.evaluate_binned`: the pipeline of `predict`)."""
         params = link_params(link, self.offset, self._scale)
-        kwargs = {'kind': kind, 'max_memory': max_memory, 'link': link, 'link_params': params}
-        if self._mesh is not None and self._mesh.devices.size > 1:
-            f = sharding.evaluate_trace_sharded(X, self._trace, self._mesh, **kwargs)
-        else:
-            f = grove.evaluate_trace(jax.device_put(X), self._trace, **kwargs)
-        return np.asarray(f)[..., :m]
+        return predict_mod.evaluate_binned(
+            X, m, self._trace, kind=kind, link=link, link_params=params, max_memory=max_memory, mesh=self._mesh
+        )
 
     def partial_dependence(self, x, var, grid=None, *, kind='mean', level=0.95, max_memory=64 * 2**20):
         """Posterior of the partial dependence on one or two predictors, as

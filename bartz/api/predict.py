@@ -1,30 +1,28 @@
-"""Prediction at any scale: posterior summaries at new points in bounded memory.
+"""Prediction at any scale, host side: new rows in, results in the data's units.
 
-`predict_rows` evaluates a trace of forests (`bartz.grove.TreeHeaps`) at new
-points and returns the draws or a summary of them, in memory that does not
-grow with the number of rows times the number of draws:
+`predict_rows` evaluates a fit's trace of forests (`bartz.grove.TreeHeaps`)
+at new points and returns the draws or a summary of them, in memory that
+does not grow with the number of rows times the number of draws:
 
 - rows are read from the input (a numpy array, a numpy memmap, a DataFrame)
   a host chunk at a time, converted to float and binned chunk by chunk, so
   host memory holds one chunk of floats, never the whole input as float64;
-- on the device, each host chunk is cut into batches of points sized to the
-  CPU cache and to the memory budget (`bartz.jaxext.autobatch`); the draws
-  of one batch are reduced to the summary inside the batch (mean, sd,
-  quantiles), so they are never all materialised;
-- the mean of a linear link is computed over a compressed trace, where a
-  run of draws in which a tree keeps its structure costs one traversal
-  (`bartz.grove.compress_trace`).
+- each binned chunk goes to the prediction pipeline, `bartz.forest.predict`
+  (batches of points sized to the CPU cache and to the memory budget, the
+  draws of a batch reduced to the summary inside it, one device or a mesh);
+- results come back to the host, where `to_data_units` maps the trees'
+  standardised units to the data's.
 
-The front end (`bartz.BARTFit.predict`, `bartz.BARTFit.predict_chunks`)
-validates the arguments and calls `predict_rows`; this module does no
-validation of its own beyond what shapes require.
+`evaluate_binned` is the same pipeline at points binned already (``x_test``
+during `bartz.gbart`, ``yhat_train_mean`` without saved draws). The front
+end (`bartz.BARTFit.predict`, `bartz.BARTFit.predict_chunks`) validates the
+arguments; this module does no validation of its own beyond what shapes
+require.
 """
 
 import functools
-import math
 import mmap
 import numbers
-import weakref
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -33,17 +31,16 @@ import numpy as np
 import pandas as pd
 import scipy.sparse
 from jax import numpy as jnp
-from jax import random
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
-from bartz._compile import programs as _programs
-from bartz.prep import sizes as buckets
 from bartz.forest import grove
+from bartz.forest import predict as pipeline
+from bartz.forest.predict import KINDS, quantile_plan, sort_draws, summarize_draws
 from bartz.prep import cutpoints as prepcovars
-from bartz.prep import priors
-from bartz.run import sharding
 from bartz.prep import encoding as encoding_mod
-from bartz.jaxext import autobatch
+from bartz.prep import priors
+from bartz.prep import sizes as buckets
+from bartz.run import sharding
 
 __all__ = [
     'KINDS',
@@ -51,14 +48,14 @@ __all__ = [
     'Model',
     'check_kind',
     'check_w_new',
+    'evaluate_binned',
     'iter_row_chunks',
     'predict_rows',
     'quantile_plan',
+    'sort_draws',
     'summarize_draws',
     'to_data_units',
 ]
-
-KINDS = ('draws', 'mean', 'sd', 'quantiles')
 
 # Host memory for one chunk of rows (float64 copy, bins, output); larger
 # chunks only cost memory: the device work is cut into cache-sized batches.
@@ -146,234 +143,6 @@ def check_w_new(w_new, nrows):
     return w
 
 
-# ---------------------------------------------------------------- summaries
-
-
-def quantile_plan(q: tuple, ndraws: int) -> tuple:
-    """For each probability, ``(lo, hi, t)``: the quantile is the linear
-    interpolation of the sorted draws ``lo`` and ``hi`` at ``t``, as
-    ``numpy.quantile``'s default ('linear', R's type 7)."""
-    plan = []
-    for v in q:
-        h = (ndraws - 1) * v
-        lo = math.floor(h)
-        plan.append((lo, min(lo + 1, ndraws - 1), h - lo))
-    return tuple(plan)
-
-
-# Points sorted at once by the sorting network: their draws stay in cache.
-_SORT_POINTS = 64
-
-
-def sort_draws(draws):
-    """Sort ``(ndraws, n)`` draws along the draws, with a bitonic sorting network.
-
-    XLA's sort on CPU calls a comparator per comparison (about 100 ns per
-    element here); the network is a fixed sequence of elementwise minima and
-    maxima over the whole array, which vectorises. Draws are padded with
-    ``+inf`` to a power of two, and points are sorted `_SORT_POINTS` at a time
-    so that their draws stay in cache.
-    """
-    ndraws, n = draws.shape
-    if ndraws <= 1 or n == 0:
-        return draws
-    size = 1 << (ndraws - 1).bit_length()
-    chunk = min(n, _SORT_POINTS)
-    npad = -(-n // chunk) * chunk
-    x = jnp.pad(draws, ((0, size - ndraws), (0, npad - n)), constant_values=jnp.inf)
-    x = x.reshape(size, npad // chunk, chunk).transpose(1, 0, 2)  # (chunks, size, chunk)
-
-    def network(x):
-        k = 2
-        while k <= size:
-            j = k // 2
-            while j >= 1:
-                blocks = x.reshape(size // (2 * j), 2, j, chunk)
-                a, b = blocks[:, 0], blocks[:, 1]
-                lo, hi = jnp.minimum(a, b), jnp.maximum(a, b)
-                # ascending where bit k of the element index is 0 (constant over a block of 2j)
-                ascending = ((np.arange(size // (2 * j)) * 2 * j) & k) == 0
-                ascending = ascending[:, None, None]
-                first = jnp.where(ascending, lo, hi)
-                second = jnp.where(ascending, hi, lo)
-                x = jnp.stack([first, second], axis=1).reshape(size, chunk)
-                j //= 2
-            k *= 2
-        return x
-
-    x = jax.lax.map(network, x)
-    return x.transpose(1, 0, 2).reshape(size, npad)[:ndraws, :n]
-
-
-def summarize_draws(draws, kind, q=None):
-    """Reduce ``(ndraws, n)`` draws along the draws to ``kind``.
-
-    ``'draws'``: unchanged; ``'mean'``: ``(n,)``; ``'sd'``: ``(n,)``, with
-    ``ddof=1`` as R's ``sd`` (NaN with one draw); ``'quantiles'``:
-    ``(len(q), n)``, equal to ``numpy.quantile(draws, q, axis=0)`` up to
-    float rounding (same interpolation, same formula).
-    """
-    ndraws = draws.shape[0]
-    if kind == 'draws':
-        return draws
-    if kind == 'mean':
-        return jnp.mean(draws, axis=0)
-    if kind == 'sd':
-        centred = draws - jnp.mean(draws, axis=0)
-        return jnp.sqrt(jnp.sum(centred * centred, axis=0) / (ndraws - 1)) if ndraws > 1 else jnp.full(
-            draws.shape[1:], jnp.nan, draws.dtype
-        )
-    if kind == 'quantiles':
-        ordered = sort_draws(draws)
-        rows = []
-        for lo, hi, t in quantile_plan(q, ndraws):
-            a, b = ordered[lo], ordered[hi]
-            diff = b - a
-            # numpy's _lerp: from the nearer end, so that t = 1 gives b exactly
-            rows.append(a + diff * t if t < 0.5 else b - diff * (1 - t))
-        return jnp.stack(rows)
-    msg = f'unknown kind {kind!r}'
-    raise ValueError(msg)
-
-
-# ---------------------------------------------------------------- device kernel
-
-
-class _Static(NamedTuple):
-    """Options that shape the compiled program (hashable)."""
-
-    kind: str
-    q: tuple | None
-    link: str
-    ndraws: int  # draws of the fit (the compressed trace has fewer steps)
-    compressed: bool  # the trace is compressed: the mean of a linear link
-    predictive: bool
-    max_memory: int
-
-
-def _out_axis(static):
-    return 1 if static.kind in ('draws', 'quantiles') else 0
-
-
-# Batches of points are a multiple of this: an odd batch size leaves the
-# vectorised loops with remainders, which costs 1.6 times per point.
-_ALIGN = 64
-
-
-def _batch_plan(static, p, itemsize, num_trees):
-    """Points per device batch and bytes of inputs and outputs per point."""
-    ndraws = static.ndraws
-    if static.compressed:
-        out_rows, draw_temp = 1, 0
-    else:
-        out_rows = {'draws': ndraws, 'quantiles': len(static.q or ())}.get(static.kind, 1)
-        # the batch's draws, their noise and their sorted copy
-        draw_temp = 4 * ndraws * (3 if static.predictive or static.kind == 'quantiles' else 1)
-    io_per_point = p * itemsize + 8 * static.predictive + 4 * out_rows
-    points = grove.batch_points(num_trees, io_per_point, draw_temp, static.max_memory)
-    if points >= _ALIGN:
-        points -= points % _ALIGN
-    return points, io_per_point
-
-
-def padded_points(length, batch, ndev):
-    """Padded number of points of a host chunk of `length` (already on the
-    size ladder): a multiple of `batch` per device, or of `_ALIGN` if one
-    batch holds them all, so that every device batch has the same, aligned,
-    size."""
-    per_device = -(-length // ndev)
-    unit = batch if per_device > batch else min(_ALIGN, batch)
-    return ndev * (-(-per_device // unit) * unit)
-
-
-def _device_kernel(X, rows, w, trace, link_params, sigma, key, static):
-    """Summaries at the binned points `X` (``(p, n)``).
-
-    With ``static.predictive``, `rows` (``(n,)`` uint32) numbers the points
-    for the noise of new observations and `w` (``(n,)``, or None for all 1)
-    are their weights; otherwise both are None. They come from the host, so
-    that the only device arrays that grow with ``n`` are inputs and output.
-    """
-    p, n = X.shape
-    num_trees = trace.leaf_tree.shape[1]
-    ndraws = static.ndraws
-    points, io_per_point = _batch_plan(static, p, X.dtype.itemsize, num_trees)
-
-    def per_batch(X, rows, w, trace, link_params, sigma, key):
-        if static.compressed:
-            f = grove.trace_sums(X, trace, kind='sum') / ndraws
-            offset, scale = link_params
-            return offset + scale * f
-        if static.kind == 'mean' and not static.predictive:
-            # nonlinear link: sum of the draws in the scan carry, no (ndraws, batch) array
-            s = grove.trace_sums(X, trace, kind='sum', link=static.link, link_params=link_params)
-            return s / ndraws
-        draws = grove.trace_sums(X, trace, kind='draws', link=static.link, link_params=link_params)
-        if static.predictive:
-            noise = jax.vmap(lambda r: random.normal(random.fold_in(key, r), (ndraws,)), out_axes=1)(rows)
-            scale = sigma[:, None] if w is None else sigma[:, None] * w[None, :]
-            draws = draws + scale * noise
-        return summarize_draws(draws, static.kind, static.q)
-
-    batched = autobatch(
-        per_batch,
-        max(1, points * io_per_point),
-        in_axes=(1, 0, 0, None, None, None, None),
-        out_axes=_out_axis(static),
-        warn_on_overflow=False,
-    )
-    return batched(X, rows, w, trace, link_params, sigma, key)
-
-
-@functools.cache
-def _single_runner(static: _Static):
-    """The one-device program for `static`, which a new process loads whole
-    from the compilation cache (`bartz._compile.programs`) instead of tracing it."""
-    return _programs.persistent_jit(_device_kernel, 'predict', static=static)
-
-
-@functools.cache
-def _sharded_runner(mesh: Mesh, static: _Static):
-    """One jitted program per mesh and options: points split over all devices."""
-    P = PartitionSpec
-    axes = ('chains', 'data')
-    out_spec = P(None, axes) if _out_axis(static) == 1 else P(axes)
-
-    def kernel(X, rows, w, trace, link_params, sigma, key):
-        return _device_kernel(X, rows, w, trace, link_params, sigma, key, static)
-
-    f = jax.shard_map(
-        kernel,
-        mesh=mesh,
-        in_specs=(P(None, axes), P(axes), P(axes), P(), P(), P(), P()),
-        out_specs=out_spec,
-        check_vma=False,
-    )
-
-    return jax.jit(f)
-
-
-# A compressed trace is computed once per trace, and forgotten with it: the
-# cache holds weak references to the trace's leaf array.
-_COMPRESSED = []
-_COMPRESSED_CACHE_SIZE = 4
-
-
-def _compressed(trace):
-    _COMPRESSED[:] = [(ref, c) for ref, c in _COMPRESSED if ref() is not None]
-    for ref, compressed in _COMPRESSED:
-        if ref() is trace.leaf_tree:
-            return compressed
-    compressed = jax.device_put(grove.compress_trace(trace))
-    try:
-        ref = weakref.ref(trace.leaf_tree)
-    except TypeError:  # not weakly referenceable (e.g. numpy): no caching
-        return compressed
-    _COMPRESSED.insert(0, (ref, compressed))
-    del _COMPRESSED[_COMPRESSED_CACHE_SIZE:]
-    return compressed
-
-
 # ---------------------------------------------------------------- host side
 
 
@@ -438,50 +207,61 @@ def iter_row_chunks(name: str, x, binning: Binning, rows_per_chunk: int) -> Iter
             return x.iloc[a:b]
 
     elif scipy.sparse.issparse(x):
-        # made dense chunk by chunk
-        x = scipy.sparse.csr_array(x)
-        if x.shape[1] != binning.p:
-            msg = f'{name} must have {binning.p} columns like x_train, got {x.shape[1]}'
-            raise ValueError(msg)
-        if np.iscomplexobj(x.data) or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-            msg = f'{name} must be real and numeric, got a sparse array of dtype {x.dtype}'
-            raise TypeError(msg)
-
-        def get(a, b):
-            return x[a:b].toarray().astype(np.float64)
-
+        x, get = _sparse_rows(name, x, binning)
     else:
-        if not isinstance(x, np.ndarray):
-            try:
-                x = np.asarray(x)
-            except Exception as e:
-                msg = f'{name} could not be converted to an array: {e}'
-                raise TypeError(msg) from e
-        x = encoding_mod.numbers_from_object(x)
-        if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-            msg = f'{name} must be numeric, got an array of dtype {x.dtype} (categorical columns need a DataFrame)'
-            raise TypeError(msg)
-        if np.iscomplexobj(x):
-            msg = f'{name} must be real, got complex values'
-            raise TypeError(msg)
-        if x.ndim not in (1, 2):
-            msg = f'{name} must be 2-dimensional (n, p), got shape {x.shape}'
-            raise ValueError(msg)
-        ncols = 1 if x.ndim == 1 else x.shape[1]
-        if ncols != binning.p:
-            raise ValueError(encoding_mod.columns_message(name, binning.p, ncols, x.ndim == 1))
-
-        release = _page_releaser(x)
-
-        def get(a, b):
-            chunk = np.asarray(encoding_mod.masked_as_nan(x[a:b]), dtype=np.float64)
-            release(a, b)
-            return chunk[:, None] if chunk.ndim == 1 else chunk
-
+        x, get = _array_rows(name, x, binning)
     n = x.shape[0]
     for start in range(0, n, rows_per_chunk):
         label = name if start == 0 and n <= rows_per_chunk else f'{name} (rows from {start})'
         yield start, binning.encoding.transform(get(start, min(n, start + rows_per_chunk)), label)
+
+
+def _sparse_rows(name, x, binning):
+    """`x` checked as a SciPy sparse matrix, and ``get(a, b)``: rows ``a:b`` dense."""
+    x = scipy.sparse.csr_array(x)
+    if x.shape[1] != binning.p:
+        msg = f'{name} must have {binning.p} columns like x_train, got {x.shape[1]}'
+        raise ValueError(msg)
+    if np.iscomplexobj(x.data) or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+        msg = f'{name} must be real and numeric, got a sparse array of dtype {x.dtype}'
+        raise TypeError(msg)
+
+    def get(a, b):
+        return x[a:b].toarray().astype(np.float64)
+
+    return x, get
+
+
+def _array_rows(name, x, binning):
+    """`x` checked as an array, and ``get(a, b)``: rows ``a:b`` as float64
+    ``(b - a, p)`` (the pages of a memmap released once read)."""
+    if not isinstance(x, np.ndarray):
+        try:
+            x = np.asarray(x)
+        except Exception as e:
+            msg = f'{name} could not be converted to an array: {e}'
+            raise TypeError(msg) from e
+    x = encoding_mod.numbers_from_object(x)
+    if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+        msg = f'{name} must be numeric, got an array of dtype {x.dtype} (categorical columns need a DataFrame)'
+        raise TypeError(msg)
+    if np.iscomplexobj(x):
+        msg = f'{name} must be real, got complex values'
+        raise TypeError(msg)
+    if x.ndim not in (1, 2):
+        msg = f'{name} must be 2-dimensional (n, p), got shape {x.shape}'
+        raise ValueError(msg)
+    ncols = 1 if x.ndim == 1 else x.shape[1]
+    if ncols != binning.p:
+        raise ValueError(encoding_mod.columns_message(name, binning.p, ncols, x.ndim == 1))
+    release = _page_releaser(x)
+
+    def get(a, b):
+        chunk = np.asarray(encoding_mod.masked_as_nan(x[a:b]), dtype=np.float64)
+        release(a, b)
+        return chunk[:, None] if chunk.ndim == 1 else chunk
+
+    return x, get
 
 
 def num_rows(x) -> int:
@@ -500,8 +280,42 @@ def rows_per_chunk(p: int, out_bytes_per_row: int, host_bytes: int = HOST_CHUNK_
     return buckets.ladder(target)[-1]
 
 
-def _out_bytes_per_row(kind, q, ndraws):
-    return 4 * {'draws': ndraws, 'quantiles': len(q or ())}.get(kind, 1)
+class _Units(NamedTuple):
+    """How the pipeline's results of a `Model` come back to the data's units."""
+
+    plan: pipeline.Plan
+    link_params: tuple  # float32 parameters of plan.link, on the device
+    sigma: jax.Array | None  # (ndraws,) float32 error sd in the trees' units (predictive)
+    to_data: functools.partial | None  # in place on the host result (continuous fits)
+
+
+def _units(model: Model, kind, q, predictive, max_memory) -> _Units:
+    """The plan of a prediction of `model`, and its units.
+
+    A continuous fit stays in the trees' standardised units on the device
+    (the same program for every fit: the parameters are arguments); the host
+    maps the results back, where offsets and scales near float32's limits
+    neither underflow nor overflow. The noise of a predictive draw is in
+    standardised units too.
+    """
+    ndraws = int(model.trace.leaf_tree.shape[0])
+    plan = pipeline.make_plan(
+        kind, q=q, link=model.link, ndraws=ndraws, predictive=predictive, max_memory=max_memory
+    )
+    link_params = tuple(np.float32(v) for v in model.link_params)
+    sigma = None if not predictive else np.asarray(model.sigma, np.float64)
+    to_data = None
+    if model.link == 'affine':
+        offset, scale = (float(v) for v in model.link_params)
+        to_data = functools.partial(to_data_units, offset=0.0 if kind == 'sd' else offset, scale=scale)
+        link_params = (np.float32(0), np.float32(1))
+        sigma = None if sigma is None else sigma / scale
+    sigma = None if sigma is None else jnp.asarray(sigma.astype(np.float32))
+    return _Units(plan, link_params, sigma, to_data)
+
+
+def _num_devices(mesh: Mesh | None) -> int:
+    return 1 if mesh is None else mesh.devices.size
 
 
 def predict_rows(
@@ -554,68 +368,46 @@ def predict_rows(
     ``(len(q), n)`` for ``'quantiles'``, ``(n,)`` otherwise.
     """
     x = encoding_mod.row_as_frame(x, binning.encoding)  # (a row of a DataFrame)
-    trace = model.trace
-    ndraws = int(trace.leaf_tree.shape[0])
-    compressed = kind == 'mean' and not predictive and model.link == 'affine' and ndraws > 1
-    if compressed:
-        trace = _compressed(trace)
-    static = _Static(kind, q, model.link, ndraws, compressed, bool(predictive), int(max_memory))
-    link_params = tuple(np.float32(v) for v in model.link_params)
-    sigma = None if not predictive else np.asarray(model.sigma, np.float64)
-    to_data = None
-    if model.link == 'affine':
-        # the device stays in the trees' standardised units (the same program:
-        # the parameters are arguments); the host maps the results back, where
-        # offset and scale near float32's limits neither underflow nor overflow
-        offset, scale = (float(v) for v in model.link_params)
-        to_data = functools.partial(to_data_units, offset=0.0 if kind == 'sd' else offset, scale=scale)
-        link_params = (np.float32(0), np.float32(1))
-        sigma = None if sigma is None else sigma / scale
-    sigma = None if sigma is None else jnp.asarray(sigma.astype(np.float32))
-    mesh = model.mesh if model.mesh is not None and model.mesh.devices.size > 1 else None
-    ndev = 1 if mesh is None else mesh.devices.size
-
+    units = _units(model, kind, q, predictive, max_memory)
+    rows = pipeline.out_rows(units.plan)
     n = num_rows(x)
-    out_rows = {'draws': ndraws, 'quantiles': len(q or ())}.get(kind)
     # summaries over the draws in float64 (the draws stay float32: ndraws times n values)
-    out = np.empty((n,) if out_rows is None else (out_rows, n), np.float32 if kind == 'draws' else np.float64)
-    chunk_rows = rows_per_chunk(binning.encoding.num_model, _out_bytes_per_row(kind, q, ndraws), host_bytes)
-
+    out = np.empty((n,) if rows is None else (rows, n), np.float32 if kind == 'draws' else np.float64)
+    chunk_rows = rows_per_chunk(binning.encoding.num_model, 4 * (rows or 1), host_bytes)
     pending = None  # the previous chunk's result, fetched after the next chunk is binned
-    for start, rows in iter_row_chunks(name, x, binning, chunk_rows):
-        r = rows.shape[0]
-        # (both axes padded to the size ladder: `bartz.buckets`)
-        X = buckets.pad_predictors(prepcovars.bin_predictors_np(rows[:, binning.kept], binning.splits))
-        del rows
-        batch, _ = _batch_plan(static, X.shape[0], X.dtype.itemsize, int(trace.leaf_tree.shape[1]))
-        length = padded_points(buckets.bucket_length(r, ndev), batch, ndev)
-        X = np.pad(X, ((0, 0), (0, length - r)))
-        rows_idx = w = None
-        if predictive:
-            rows_idx = np.arange(row_offset + start, row_offset + start + length, dtype=np.uint32)
-            if w_new is not None:
-                w = np.ones(length, np.float32)
-                w[:r] = w_new[start : start + r]
-        if mesh is None:
-            put, put_points = jax.device_put, jax.device_put
-        else:
-            spec = NamedSharding(mesh, PartitionSpec(None, ('chains', 'data')))
-            vspec = NamedSharding(mesh, PartitionSpec(('chains', 'data')))
-
-            def put(a):
-                return jax.device_put(a, spec)
-
-            def put_points(a):
-                return None if a is None else jax.device_put(a, vspec)
-
-        args = (put(X), put_points(rows_idx), put_points(w), trace, link_params, sigma, key)
-        result = _single_runner(static)(*args) if mesh is None else _sharded_runner(mesh, static)(*args)
+    for start, chunk in iter_row_chunks(name, x, binning, chunk_rows):
+        r = chunk.shape[0]
+        X = buckets.pad_predictors(prepcovars.bin_predictors_np(chunk[:, binning.kept], binning.splits))
+        del chunk
+        result = _start(X, model, units, w_new, key, row_offset + start, start)
         if pending is not None:
-            _store(out, *pending, to_data)
+            _store(out, *pending, units.to_data)
         pending = (result, start, r)
     if pending is not None:
-        _store(out, *pending, to_data)
+        _store(out, *pending, units.to_data)
     return out
+
+
+def _start(X, model: Model, units: _Units, w_new, key, first_row, start):
+    """Start the pipeline on a chunk of binned rows `X` (``(p, r)``), the
+    rows `start` on of `w_new`, numbered from `first_row` for the noise;
+    returns the device result, padded."""
+    trace = model.trace
+    p, r = X.shape
+    ndev = _num_devices(model.mesh)
+    # the size ladder (`bartz.buckets`), then whole aligned batches
+    ladder = (p, buckets.bucket_length(r, ndev))
+    length = pipeline.padded_length(units.plan, ladder, X.dtype.itemsize, trace.leaf_tree.shape[1], ndev)
+    X = np.pad(X, ((0, 0), (0, length - r)))
+    rows = w = None
+    if units.plan.predictive:
+        rows = np.arange(first_row, first_row + length, dtype=np.uint32)
+        if w_new is not None:
+            w = np.ones(length, np.float32)
+            w[:r] = w_new[start : start + r]
+    return pipeline.run(
+        X, trace, units.plan, units.link_params, rows=rows, w=w, sigma=units.sigma, key=key, mesh=model.mesh
+    )
 
 
 def _store(out, result, start, r, to_data=None):
@@ -623,6 +415,22 @@ def _store(out, result, start, r, to_data=None):
     part[...] = sharding.to_host(result)[..., :r]
     if to_data is not None:
         to_data(part)
+
+
+def evaluate_binned(X, n: int, trace, *, kind, link, link_params=(), max_memory=grove.DEFAULT_MAX_MEMORY, mesh=None):
+    """``link(f)`` at the first `n` of the binned points `X` (``(p, L)`` host
+    array, padded), each draw (``kind='draws'``, ``(ndraws, n)``) or their
+    mean (``'mean'``, ``(n,)``), float32 in the trees' units for link None.
+
+    The pipeline of `predict_rows` at points binned already: ``x_test``
+    during the fit, whose program `bartz.grove.prepare_evaluate_trace`
+    compiles while the sampler runs, and ``yhat_train_mean`` without saved
+    draws. On a `mesh` of several devices the points are split over them.
+    """
+    ndraws = int(trace.leaf_tree.shape[0])
+    plan = pipeline.make_plan(kind, link=link, ndraws=ndraws, max_memory=max_memory)
+    params = tuple(np.float32(v) for v in link_params)
+    return sharding.to_host(pipeline.run_padded(X, trace, plan, params, mesh=mesh))[..., :n]
 
 
 def to_data_units(f: np.ndarray, offset: float, scale: float | None = None) -> np.ndarray:

@@ -13,15 +13,14 @@ The same code runs on several CPU devices (virtual ones with
 after ``jax.distributed.initialize()``, several hosts.
 """
 
-import functools
 import math
 
 import jax
 import numpy as np
-from jax import numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
 from bartz.forest import grove
+from bartz.forest import predict as pipeline
 
 __all__ = ['auto_mesh', 'evaluate_trace_sharded', 'make_mesh', 'padded_length', 'to_host']
 
@@ -64,42 +63,22 @@ def padded_length(n: int, num_data_devices: int) -> int:
     return -(-n // num_data_devices) * num_data_devices
 
 
-def evaluate_trace_sharded(X, trace: grove.TreeHeaps, mesh: Mesh, **kwargs):
+def evaluate_trace_sharded(
+    X, trace: grove.TreeHeaps, mesh: Mesh, *, kind='draws', max_memory=grove.DEFAULT_MAX_MEMORY, link=None,
+    link_params=(),
+):
     """`bartz.grove.evaluate_trace` with the points split over all devices of `mesh`.
 
-    The trace is replicated; each device evaluates its slice of points with
-    its own autobatch memory budget. ``X`` is padded to a multiple of the
-    number of devices and the padding dropped from the result.
+    The program of the prediction pipeline (`bartz.forest.predict`) on a
+    mesh: the trace is replicated, each device evaluates its slice of the
+    points, padded to whole aligned batches, with its own memory budget.
+    Returns a host array (the padding dropped).
     """
-    P = PartitionSpec
-    axes = ('chains', 'data')
-    num_devices = mesh.devices.size
-    n = X.shape[1]
-    npad = padded_length(n, num_devices)
-    X = jnp.pad(jnp.asarray(X), ((0, 0), (0, npad - n)))
-    X = jax.device_put(X, NamedSharding(mesh, P(None, axes)))
-    link_params = tuple(jnp.asarray(v, jnp.float32) for v in kwargs.pop('link_params', ()))
-    f = _sharded_evaluator(mesh, tuple(sorted(kwargs.items())))
-    out = f(X, trace, link_params)
-    return to_host(out)[..., :n]
-
-
-@functools.cache
-def _sharded_evaluator(mesh: Mesh, options: tuple):
-    """One jitted sharded evaluator per mesh and static options, so that
-    repeated predictions do not recompile."""
-    P = PartitionSpec
-    axes = ('chains', 'data')
-    kwargs = dict(options)
-    out_spec = P(None, axes) if kwargs.get('kind', 'draws') == 'draws' else P(axes)
-    f = jax.shard_map(
-        lambda X, trace, link_params: grove.evaluate_trace(X, trace, link_params=link_params, **kwargs),
-        mesh=mesh,
-        in_specs=(P(None, axes), P(), P()),
-        out_specs=out_spec,
-        check_vma=False,
-    )
-    return jax.jit(f)
+    concrete = not any(isinstance(a, jax.core.Tracer) for a in trace)
+    ndraws = trace.leaf_tree.shape[0]
+    plan = pipeline.make_plan(kind, link=link, ndraws=ndraws, max_memory=max_memory, concrete=concrete)
+    params = tuple(np.float32(v) for v in link_params)
+    return to_host(pipeline.run_padded(X, trace, plan, params, mesh=mesh))[..., : X.shape[1]]
 
 
 def to_host(x):
