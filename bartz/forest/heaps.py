@@ -101,7 +101,7 @@ def is_nog(split_tree: jax.Array) -> jax.Array:
 def rowwise_take(table: jax.Array, index: jax.Array) -> jax.Array:
     """``table[i, index[i, j]]`` for a small ``(m, k)`` table: a flat gather
     (``take_along_axis`` builds an ``(m, n, 2)`` index array, which XLA
-    constant-folds into a large buffer read at every call)."""
+    constant-folds into a large buffer read at every call; jaxlib 0.10.2)."""
     num_rows, row_len = table.shape
     offset = (jnp.arange(num_rows, dtype=jnp.int32) * row_len)[:, None]
     return table.reshape(-1)[index + offset]
@@ -144,7 +144,7 @@ def traverse_forest(
         # level's kernels instead of one set per level, and the loop runs
         # as fast (faster where many trees are traversed)
         node = lax.fori_loop(0, depth - 1, level, node)
-    else:  # elsewhere unrolled, as measured on GPUs (a loop's steps there are not measured)
+    else:  # elsewhere unrolled, the choice on GPUs (where the loop has not been timed)
         for i in range(depth - 1):
             node = level(i, node)
     return node.astype(jnp.uint8)

@@ -57,8 +57,8 @@ __all__ = [
 
 KINDS = ('draws', 'mean', 'sd', 'quantiles')
 
-# Batches of points are a multiple of this: an odd batch size leaves the
-# vectorised loops with remainders, which costs 1.6 times per point.
+# Batches of points are a multiple of this: an odd batch size leaves XLA's
+# vectorised loops with scalar remainders, slower per point (jaxlib 0.10.2, CPU).
 ALIGN = 64
 
 # the mesh axes the points are split over (`bartz.sharding`)
@@ -106,9 +106,9 @@ _SORT_POINTS = 64
 def sort_draws(draws):
     """Sort ``(ndraws, n)`` draws along the draws, with a bitonic sorting network.
 
-    XLA's sort on CPU calls a comparator per comparison; the network is a
-    fixed sequence of elementwise minima and maxima over the whole array,
-    which vectorises. Draws are padded with ``+inf`` to a power of two, and
+    XLA's sort on CPU calls a comparator per comparison (jaxlib 0.10.2);
+    the network is a fixed sequence of elementwise minima and maxima over
+    the whole array, which vectorises. Draws are padded with ``+inf`` to a power of two, and
     points are sorted `_SORT_POINTS` at a time so that their draws stay in
     cache.
     """

@@ -31,7 +31,7 @@ _TEMP_BYTES_PER_POINT_TREE = 16
 DEFAULT_MAX_MEMORY = 256 * 2**20
 # The traversal's per-draw temporaries of a batch of points, (trees, points)
 # int32 arrays, must stay in the CPU's L2 cache: beyond it the time per
-# point grows several times (see benchmarks/README.md, "prediction").
+# point grows (benchmarks/README.md, "prediction").
 _CACHE_FRIENDLY_BYTES = 4 * 2**20
 LINKS = (None, 'affine', 'probit', 'logit')
 LINEAR_LINKS = (None, 'affine')
@@ -91,9 +91,9 @@ def _retraverse(X, leaf_indices, retraverse, var_tree, split_tree):
     # in `order`, followed by `num_trees` (none): position p holds the
     # number of trees whose inclusive count of changed trees is at most
     # p, which is the index of the (p + 1)-th changed tree. Two reductions
-    # over (trees, trees), no cumulative sum (5 kernels on CPU) and no sort
-    # (XLA's CPU sort of a fit.predict program cannot be serialised to be
-    # kept, `bartz._compile.programs`).
+    # over (trees, trees), no cumulative sum (several kernels on CPU) and no
+    # sort (XLA's CPU sort of a fit.predict program cannot be serialised to
+    # be kept, `bartz._compile.programs`; jaxlib 0.10.2).
     large, threshold, small = _RETRAVERSE_GROUPS
     large, small = min(num_trees, large), min(num_trees, small)
     # (reductions over the leading axis: XLA vectorises them over the other)
@@ -191,7 +191,7 @@ def batch_points(num_trees: int, io_per_point: int, temp_per_point: int, max_mem
 
     As many as fit `max_memory` with their inputs, outputs and temporaries,
     but no more than keep the traversal's per-draw temporaries in cache
-    (larger batches are not faster, they are several times slower).
+    (larger batches are not faster, but slower: the temporaries leave the cache).
     """
     traversal = _TEMP_BYTES_PER_POINT_TREE * num_trees
     points = max(1, max_memory // (io_per_point + traversal + temp_per_point))
