@@ -19,6 +19,7 @@ import jaxlib
 import pytest
 
 from bartz._compile import cache as compile_cache
+from bartz._compile import settings
 
 JAX_DIR = f'jax-{jax.__version__}'
 
@@ -381,8 +382,8 @@ def programs_in(monkeypatch, tmp_path):
     from bartz.run import loop as mcmcloop
 
     monkeypatch.setattr(_programs, 'enabled', True)
-    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: str(tmp_path))
-    monkeypatch.setattr(compile_cache, '_warned_dirs', set())
+    monkeypatch.setattr(settings, 'cache_dir', lambda: str(tmp_path))
+    monkeypatch.setattr(settings, 'warned_dirs', set())
     mcmcloop._chunk_runner.cache_clear()
     _programs._LOADED.cache_clear()
     yield tmp_path / 'bartz-programs'
@@ -504,15 +505,15 @@ def test_programs_off_without_cache_or_jit(monkeypatch):
     from bartz._compile import programs as _programs  # noqa: PLC0415
 
     monkeypatch.setattr(_programs, 'enabled', True)
-    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: '/somewhere')
+    monkeypatch.setattr(settings, 'cache_dir', lambda: '/somewhere')
     assert _programs._directory() == Path('/somewhere/bartz-programs')
     with jax.disable_jit():
         assert _programs._directory() is None
-    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: 'gs://bucket/cache')
+    monkeypatch.setattr(settings, 'cache_dir', lambda: 'gs://bucket/cache')
     assert _programs._directory() is None
-    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: None)
+    monkeypatch.setattr(settings, 'cache_dir', lambda: None)
     assert _programs._directory() is None
-    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: '/somewhere')
+    monkeypatch.setattr(settings, 'cache_dir', lambda: '/somewhere')
     monkeypatch.setattr(_programs, 'enabled', False)
     assert _programs._directory() is None
 
@@ -581,7 +582,7 @@ def test_programs_only_where_checked(monkeypatch):
     from bartz._compile import programs as _programs  # noqa: PLC0415
 
     monkeypatch.setattr(_programs, 'enabled', True)
-    monkeypatch.setattr(compile_cache, 'cache_dir', lambda: '/somewhere')
+    monkeypatch.setattr(settings, 'cache_dir', lambda: '/somewhere')
     array = jax.numpy.zeros(3)
     assert _programs._directory() is not None
     assert _programs._key('p', (), (array,)) is not None
@@ -886,10 +887,10 @@ def test_untrusted_rule_on_ownership(tmp_path):
     owner of `tmp_path`, so that it holds whoever runs the tests (as
     root, root owns everything)."""
     path = _directory(tmp_path / 'mine', 0o700)
-    assert compile_cache._untrusted(path) is None
+    assert settings.untrusted(path) is None
     assert path.stat().st_uid == os.getuid()
     if os.getuid() != 0:  # a directory of root's (the filesystem's root) is not the user's
-        assert 'belongs to another user' in compile_cache._untrusted('/')
+        assert 'belongs to another user' in settings.untrusted('/')
 
 
 PLANT_CODE = """

@@ -55,10 +55,9 @@ The MCMC loop and the predictions are kept whole
     inside the cache directory, under a key made of the source of bartz,
     the versions of JAX, jaxlib and Python, the machine (devices, CPU) and
     the shapes and settings of the fit; a new process with the same key
-    loads them without tracing anything (see ``bartz/_programs.py``). At
-    n = 1,000 a first fit in a new process then takes about 0.4 s more than
-    a fit in a warm process, against about 2.5 s with JAX's cache alone
-    (benchmarks/README.md). These programs are compiled under a key of
+    loads them without tracing anything (see ``bartz/_compile/programs.py``),
+    so that a first fit in a new process costs little more than one in a
+    warm process. These programs are compiled under a key of
     their own and not written to JAX's entries (an executable that JAX
     loaded from its cache cannot be stored again in jaxlib 0.10.2). Their
     files follow the cache: on, off, moved and safe to delete with it. A
@@ -140,14 +139,16 @@ Compiled programs in memory
 """
 
 import os
-import stat
 import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import NamedTuple
 
 import jax
+
+from bartz._compile import programs as _programs
+from bartz._compile import settings
+from bartz._compile.settings import Limits, MemoryMapsWarning, cache_dir, limits  # noqa: F401, public here
 
 __all__ = [
     'Limits',
@@ -159,11 +160,6 @@ __all__ = [
     'programs_in_memory',
     'set_limits',
 ]
-
-_ENV_DIR = 'BARTZ_CACHE_DIR'
-_ENV_SWITCH = 'BARTZ_COMPILATION_CACHE'
-_OFF_VALUES = frozenset({'0', 'false', 'off', 'no'})
-_ON_VALUES = frozenset({'', '1', 'true', 'on', 'yes'})
 
 # Thresholds bartz sets, as {JAX option: (JAX's default in jax 0.10.2, bartz's value)}.
 # Keep every program: loading one from the cache is faster than compiling it
@@ -177,44 +173,7 @@ _THRESHOLDS = {
 # The thresholds that bartz changed, so that `disable` can put them back.
 _changed_thresholds: dict[str, object] = {}
 
-# The folder of bartz's whole programs in the cache directory (`bartz._compile.programs`).
-_PROGRAMS_SUBDIR = 'bartz-programs'
-
-# Directories already warned about: warn once for each.
-_warned_dirs: set[str] = set()
-
-
-class MemoryMapsWarning(UserWarning):
-    """The process came near Linux's limit of memory mappings, and bartz
-    cleared JAX's compiled programs from memory (see `bartz.compile_cache`)."""
-
-
-class Limits(NamedTuple):
-    """How much compiled code bartz lets a process keep (see `set_limits`)."""
-
-    max_programs: int | None
-    """bartz's compiled programs kept in memory, least recently used dropped
-    beyond; None: no limit."""
-
-    maps_fraction: float | None
-    """The share of ``vm.max_map_count`` above which, at a fit or a
-    prediction, bartz clears JAX's in-memory caches; None: never."""
-
-
-_DEFAULT_LIMITS = Limits(max_programs=32, maps_fraction=0.5)
-_limits = _DEFAULT_LIMITS
 _UNCHANGED = object()
-
-
-def limits() -> Limits:
-    """Return the limits on the compiled programs kept in memory.
-
-    Returns
-    -------
-    The current `Limits`; by default ``Limits(max_programs=32,
-    maps_fraction=0.5)``.
-    """
-    return _limits
 
 
 def set_limits(*, max_programs=_UNCHANGED, maps_fraction=_UNCHANGED) -> Limits:
@@ -256,9 +215,7 @@ def set_limits(*, max_programs=_UNCHANGED, maps_fraction=_UNCHANGED) -> Limits:
     8
     >>> _ = compile_cache.set_limits(**old._asdict())
     """
-    global _limits  # noqa: PLW0603
-    old = _limits
-    new = old
+    new = limits()
     if max_programs is not _UNCHANGED:
         if max_programs is not None:
             msg = f'max_programs must be a positive integer or None, got {max_programs!r}'
@@ -277,9 +234,7 @@ def set_limits(*, max_programs=_UNCHANGED, maps_fraction=_UNCHANGED) -> Limits:
                 raise ValueError(msg)
             maps_fraction = float(maps_fraction)
         new = new._replace(maps_fraction=maps_fraction)
-    _limits = new
-    from bartz._compile import programs as _programs  # noqa: PLC0415, imports this module
-
+    old = settings.replace_limits(new)
     _programs.apply_limits()
     return old
 
@@ -294,22 +249,7 @@ def programs_in_memory() -> int:
     switch ``bartz._compile.programs.enabled = False``, JAX's jit holds them
     instead, and this is 0.)
     """
-    from bartz._compile import programs as _programs  # noqa: PLC0415, imports this module
-
     return _programs.programs_in_memory()
-
-
-def cache_dir() -> str | None:
-    """Return the directory of JAX's persistent compilation cache.
-
-    Returns
-    -------
-    The directory in use, whoever set it up, or `None` if the cache is off.
-    """
-    path = jax.config.jax_compilation_cache_dir
-    if not path or not jax.config.jax_enable_compilation_cache:
-        return None
-    return path
 
 
 def _default_dir() -> str:
@@ -320,7 +260,7 @@ def _default_dir() -> str:
     ``BARTZ_CACHE_DIR`` if set, else ``bartz/jax-<jax version>`` under the
     user's cache directory.
     """
-    env = os.environ.get(_ENV_DIR, '').strip()
+    env = os.environ.get(settings.ENV_DIR, '').strip()
     if env:
         return os.path.expanduser(env)
     return os.fspath(_user_cache_root() / 'bartz' / f'jax-{jax.__version__}')
@@ -367,7 +307,7 @@ def enable(path: str | os.PathLike | None = None) -> str | None:
         try:
             path = _default_dir()
         except RuntimeError as exc:  # Path.home() without a home directory
-            _warn_once('<user cache directory>', f'the home directory is unknown ({exc})')
+            settings.warn_once('<user cache directory>', f'the home directory is unknown ({exc})')
             return cache_dir()
     if not isinstance(path, str | os.PathLike):
         msg = f'path must be a directory path (str or os.PathLike) or None, got {path!r}'
@@ -375,7 +315,7 @@ def enable(path: str | os.PathLike | None = None) -> str | None:
     path = os.fspath(path)
     problem = _check_writable(path)
     if problem is not None:
-        _warn_once(path, problem)
+        settings.warn_once(path, problem)
         return cache_dir()
     _set_dir(path)
     _lower_thresholds()
@@ -417,18 +357,18 @@ def _setup_default() -> None:
     except Warning:
         raise  # the user turned warnings into errors
     except Exception as exc:  # noqa: BLE001, a cache must never break `import bartz`
-        _warn_once('<default>', f'setting it up failed: {type(exc).__name__}: {exc}')
+        settings.warn_once('<default>', f'setting it up failed: {type(exc).__name__}: {exc}')
 
 
 def _switched_off() -> bool:
     """Whether ``BARTZ_COMPILATION_CACHE`` switches the cache off; warn if not understood."""
-    value = os.environ.get(_ENV_SWITCH, '')
+    value = os.environ.get(settings.ENV_SWITCH, '')
     switch = value.strip().lower()
-    if switch in _OFF_VALUES:
+    if switch in settings.OFF_VALUES:
         return True
-    if switch not in _ON_VALUES:
+    if switch not in settings.ON_VALUES:
         warnings.warn(
-            f'{_ENV_SWITCH}={value!r} is not understood, so the compilation '
+            f'{settings.ENV_SWITCH}={value!r} is not understood, so the compilation '
             f'cache stays on; set it to 0, false, off or no to switch it off',
             stacklevel=4,
         )
@@ -446,9 +386,9 @@ def _check_writable(path: str) -> str | None:
     if '://' in path:
         return None  # a remote filesystem (JAX uses etils.epath): let JAX try
     try:
-        _make_private_dirs(path)
-        programs = Path(path) / _PROGRAMS_SUBDIR
-        problem = _untrusted(path) or (programs.exists() and _untrusted(programs))
+        settings.make_private_dirs(path)
+        programs = Path(path) / settings.PROGRAMS_SUBDIR
+        problem = settings.untrusted(path) or (programs.exists() and settings.untrusted(programs))
         if problem:
             return problem
         fd, probe = tempfile.mkstemp(dir=path, prefix='.bartz-write-test-')
@@ -460,93 +400,6 @@ def _check_writable(path: str) -> str | None:
     except OSError as exc:
         return f'{type(exc).__name__}: {exc}'
     return None
-
-
-def _make_private_dirs(path: str | os.PathLike) -> None:
-    """Create `path` and the missing directories above it, each readable
-    and writable by the user alone (``Path.mkdir(parents=True)`` would give
-    those above the default mode, group-writable under a umask of 002,
-    which `_untrusted` then refuses)."""
-    path = Path(os.path.abspath(path))
-    missing = []
-    while not path.exists() and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=0o700)
-        except FileExistsError:  # made meanwhile by another process
-            pass
-
-
-def _untrusted(path: str | os.PathLike) -> str | None:
-    """Why others could change what is in the directory `path`, or None
-    if only the user (and root) can: the rule in the module docstring.
-
-    Parameters
-    ----------
-    path
-        A directory. If it does not exist yet (bartz creates it as it first
-        writes there, as ``0o700``), only the directories above it are
-        checked.
-
-    Returns
-    -------
-    None where `path` is trusted or permissions cannot be told (Windows),
-    else a sentence that names the directory at fault.
-    """
-    if not hasattr(os, 'getuid'):  # Windows: no POSIX owners and mode bits
-        return None
-    uid = os.getuid()
-    real = Path(os.path.realpath(path))
-    advice = 'it must be owned by you and writable by you alone, as the cache runs the code it holds'
-    try:
-        if real.exists():
-            info = real.stat()
-            if not stat.S_ISDIR(info.st_mode):
-                return f'{os.fspath(real)!r} is not a directory'
-            if info.st_uid != uid:
-                return f'{os.fspath(real)!r} belongs to another user (uid {info.st_uid}, yours is {uid}): {advice}'
-            if info.st_mode & 0o022:
-                return (
-                    f'{os.fspath(real)!r} can be written by {_writers(info.st_mode)} '
-                    f'(mode {oct(info.st_mode & 0o7777)}): {advice} (chmod go-w {os.fspath(real)!r})'
-                )
-        for parent in real.parents:
-            if not parent.exists():
-                continue
-            info = parent.stat()
-            if info.st_uid not in (uid, 0):
-                return (
-                    f'{os.fspath(parent)!r}, above it, belongs to another user (uid {info.st_uid}), '
-                    f'who could replace it: {advice}'
-                )
-            if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-                return (
-                    f'{os.fspath(parent)!r}, above it, can be written by {_writers(info.st_mode)} '
-                    f'(mode {oct(info.st_mode & 0o7777)}, no sticky bit), who could replace it: {advice}'
-                )
-    except OSError as exc:
-        return f'{type(exc).__name__}: {exc}'
-    return None
-
-
-def _writers(mode: int) -> str:
-    return ' and '.join(who for who, bit in (('its group', 0o020), ('all users', 0o002)) if mode & bit)
-
-
-def _warn_once(path: str, problem: str) -> None:
-    if path in _warned_dirs:
-        return
-    _warned_dirs.add(path)
-    warnings.warn(
-        f'bartz cannot use {path!r} for its compilation cache ({problem}), so '
-        f'compiled programs will not be kept there for the next process. '
-        f'To move the cache, set the environment variable {_ENV_DIR} or call '
-        f'bartz.compile_cache.enable(path); to switch it off and silence this '
-        f'warning, set {_ENV_SWITCH}=0.',
-        stacklevel=3,
-    )
 
 
 def _set_dir(path: str | None) -> None:

@@ -4,9 +4,8 @@ disk whole, so that a new process neither traces nor lowers them again.
 JAX's persistent cache (`bartz.compile_cache`) spares a new process XLA's
 compilation, but not the tracing and lowering that come before it: JAX
 looks a program up by the hash of its lowered text, so it must trace the
-Python function first. For the MCMC loop that is most of a second fit in a
-new process (about 2 s of 3.5 at n = 1,000 on a slow 2-core machine, see
-benchmarks/README.md). `persistent` wraps a jitted function so that its
+Python function first; for the MCMC loop that is most of a second fit in a
+new process. `persistent` wraps a jitted function so that its
 compiled executable is stored, with the pytree structures of its inputs and
 outputs, in a ``bartz-programs`` folder inside the cache directory, under a
 key made of everything the program depends on:
@@ -45,6 +44,9 @@ the jitted function it came from (which hold its executable too). A long
 session that fits many settings thus holds a bounded number of them,
 where each would keep memory and a few hundred memory mappings
 (`watch_maps` is the last resort for what bartz does not track).
+
+(Over 600 lines: the programs kept in memory, their keys and their files
+share one table of keys and its locks.)
 """
 
 import collections
@@ -67,11 +69,11 @@ import jax
 import jaxlib
 
 from bartz import _warn
-from bartz._compile import cache as compile_cache
+from bartz._compile import settings
 
 # Bump to ignore every file written by earlier layouts.
 _FORMAT = 2
-_SUBDIR = compile_cache._PROGRAMS_SUBDIR  # noqa: SLF001
+_SUBDIR = settings.PROGRAMS_SUBDIR
 _SUFFIX = '.bartz-program'
 
 # Public JAX settings that change what a function traces to.
@@ -132,7 +134,7 @@ class _Loaded:
         _release(dropped)
 
     def _over_limit(self) -> list[Callable]:
-        limit = compile_cache.limits().max_programs
+        limit = settings.limits().max_programs
         dropped = []
         while limit is not None and len(self.programs) > limit:
             key, _ = self.programs.popitem(last=False)
@@ -206,7 +208,8 @@ def watch_maps() -> None:
     """The last resort against Linux's limit of memory mappings, called
     where a fit or a prediction starts, before it compiles anything.
 
-    Every compiled XLA CPU program keeps a few memory mappings per kernel,
+    Every compiled XLA CPU program keeps a few memory mappings per kernel
+    (jaxlib 0.10.2),
     and at ``vm.max_map_count`` (65,530 by default) XLA's compiler aborts
     the process (``LLVM ERROR: Unable to allocate section memory!``, no
     Python traceback). bartz bounds its own programs (`_LOADED`), but not
@@ -214,7 +217,7 @@ def watch_maps() -> None:
     ``compile_cache.limits().maps_fraction`` of the limit, clear all of
     JAX's in-memory caches, and warn the first time. Off where
     ``/proc/self/maps`` cannot be read (not Linux)."""
-    fraction = compile_cache.limits().maps_fraction
+    fraction = settings.limits().maps_fraction
     limit = _max_map_count()
     if fraction is None or limit is None:
         return
@@ -239,7 +242,7 @@ def watch_maps() -> None:
         f'the compiled programs of JAX from memory (jax.clear_caches(); {after:,} mappings now). The '
         f'next fits compile their programs again, or load them from the compilation cache. This '
         f'warning is given once; bartz.compile_cache.set_limits(maps_fraction=...) sets the share.',
-        compile_cache.MemoryMapsWarning,
+        settings.MemoryMapsWarning,
         stacklevel=_warn.user_stacklevel(),
     )
 
@@ -268,9 +271,9 @@ enabled = True
 
 # Where stored programs were checked to run: a broken serialisation fails
 # only at run time, after the donated inputs are gone, so it cannot be
-# caught and compiled again. Checked: CPU (jaxlib 0.10.2) and a CUDA GPU
-# (H100, jax/jaxlib 0.11.2, 2026-11-25: no tracing in a new process, the
-# same draws, a damaged file compiled again). TPUs are not checked.
+# caught and compiled again. Checked on CPU (jaxlib 0.10.2) and a CUDA GPU
+# (jaxlib 0.11.2: no tracing in a new process, the same draws, a damaged
+# file compiled again); TPUs are not.
 _PLATFORMS = ('cpu', 'gpu')
 
 _LOCK = threading.Lock()  # guards _KEY_LOCKS
@@ -353,7 +356,6 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
         out = program(*args)
         if store is not None:
             # written after the program is dispatched, while it runs
-            # (about 0.2 s for the MCMC loop: serialised, compressed)
             store()
         return out
 
@@ -383,10 +385,8 @@ def inlined(fun: Callable) -> Callable:
     Most `jax.numpy` functions and array operators are small jitted
     functions: inside a trace each call goes through `jax.jit`'s machinery,
     is traced once per signature and inlined. With jit disabled they are
-    traced inline directly, to the same operations. With the proposal, the
-    loop body over trees and the random numbers traced this way, a first
-    fit at n = 1,000 traces and lowers about 0.25 s faster (of about 2 s);
-    the draws are the same bit for bit (benchmarks/README.md).
+    traced inline directly, to the same operations (jax 0.10.2), so a first
+    fit traces and lowers faster and draws the same bit for bit.
 
     A loop (`lax.scan`, `lax.fori_loop`, `lax.while_loop`) must not be
     called inside `fun`: it would run in Python. `fun` may itself be a
@@ -434,8 +434,8 @@ def quick_allowed() -> bool:
     and this jaxlib is one where they were checked."""
     value = os.environ.get('BARTZ_QUICK_COMPILE', '')
     switch = value.strip().lower()
-    on = switch in compile_cache._ON_VALUES - {''}  # noqa: SLF001
-    if not on and switch not in compile_cache._ON_VALUES | compile_cache._OFF_VALUES:  # noqa: SLF001
+    on = switch in settings.ON_VALUES - {''}
+    if not on and switch not in settings.ON_VALUES | settings.OFF_VALUES:
         warnings.warn(
             f'BARTZ_QUICK_COMPILE={value!r} is not understood, so quick first programs stay off; '
             f'set it to 1, true, on or yes to switch them on (or 0, false, off, no)',
@@ -534,15 +534,14 @@ def _directory() -> Path | None:
     cache too, or the folder is not trusted (then a warning, once)."""
     if not _tracked():
         return None
-    root = compile_cache.cache_dir()
+    root = settings.cache_dir()
     if root is None or '://' in root:  # remote filesystems: JAX's cache only
         return None
     folder = Path(root) / _SUBDIR
     # also in a directory that the user gave JAX, which bartz did not check
-    untrusted = compile_cache._untrusted  # noqa: SLF001
-    problem = untrusted(root) or (folder.exists() and untrusted(folder))
+    problem = settings.untrusted(root) or (folder.exists() and settings.untrusted(folder))
     if problem:
-        compile_cache._warn_once(os.fspath(folder), problem)  # noqa: SLF001
+        settings.warn_once(os.fspath(folder), problem)
         return None
     return folder
 
@@ -644,7 +643,7 @@ def _store(directory: Path, key: str, program) -> None:
     except Exception:  # noqa: BLE001, this backend or program cannot be serialised: compile next time
         return
     try:
-        compile_cache._make_private_dirs(directory)  # noqa: SLF001, 0o700: the cache is trusted
+        settings.make_private_dirs(directory)  # 0o700: the cache is trusted
         fd, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-')
         try:
             with os.fdopen(fd, 'wb') as file:
@@ -654,4 +653,4 @@ def _store(directory: Path, key: str, program) -> None:
             os.unlink(temporary)
             raise
     except OSError as exc:
-        compile_cache._warn_once(os.fspath(directory), f'{type(exc).__name__}: {exc}')  # noqa: SLF001
+        settings.warn_once(os.fspath(directory), f'{type(exc).__name__}: {exc}')
