@@ -16,9 +16,9 @@ from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
 from bartz import gbart
-from bartz.prep import cutpoints as prepcovars
 from bartz.prep import encoding
 from bartz.forest import grove
+from bartz.api import fit as fit_mod
 from bartz.api import predict as predict_mod
 from bartz.forest import predict as pipeline
 
@@ -80,19 +80,24 @@ def test_summaries_equal_those_of_the_draws(request, data, which, kind, q):
     assert_allclose(out, expected, rtol=0, atol=4e-7 * scale)
 
 
-def test_x_test_and_predict_are_one_pipeline(fit, data):
-    """``yhat_test`` (x_test during the fit, binned before the run) and
-    ``fit.predict(x_test)`` run the same pipeline: the same draws bit for bit;
-    the mean of the fit's draws at the training points without saved draws
-    (the compressed trace) equals ``predict``'s mean too."""
+@pytest.mark.parametrize('budget', [grove.DEFAULT_MAX_MEMORY, 20_000])
+def test_x_test_and_predict_are_one_pipeline(fit, data, budget):
+    """x_test during the fit (points binned before the run,
+    `bartz.api.predict.evaluate_binned`) and ``fit.predict`` run the same
+    pipeline: the same draws and means bit for bit, also over many batches
+    (the small budget). The sum over trees of a batch rounds differently
+    with the batch's size, so the two would differ if they cut the points
+    differently."""
     x, _, x_test = data
-    assert_array_equal(fit.yhat_test, fit.predict(x_test))
+    if budget == grove.DEFAULT_MAX_MEMORY:
+        assert_array_equal(fit.yhat_test, fit.predict(x_test))
     model, binning = predict_mod.from_fit(fit)
     _, rows = next(predict_mod.iter_row_chunks('x', x, binning, 1000))
-    X = np.pad(prepcovars.bin_predictors_np(rows[:, binning.kept], binning.splits), ((0, 0), (0, 28)))
-    mean = predict_mod.evaluate_binned(X, N, fit._trace, kind='mean', link=None)  # noqa: SLF001
-    expected = predict_mod.to_data_units(mean.astype(np.float64), fit.offset, fit._scale)  # noqa: SLF001
-    assert_array_equal(expected, fit.predict(x, kind='mean'))
+    X = fit_mod.bin_matrix(rows, binning.kept, fit._splits)  # noqa: SLF001 (as gbart bins x_test)
+    for kind, dtype in (('draws', np.float32), ('mean', np.float64)):
+        f = predict_mod.evaluate_binned(X, N, fit._trace, kind=kind, link=None, max_memory=budget)  # noqa: SLF001
+        expected = predict_mod.to_data_units(f.astype(dtype), fit.offset, fit._scale)  # noqa: SLF001
+        assert_array_equal(expected, fit.predict(x, kind=kind, max_memory=budget))
 
 
 def test_quantiles_match_numpy_on_ties_and_extremes():
