@@ -191,9 +191,8 @@ def _sorted_twice_ranks(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     twice the rank from 1 of each sorted value (an integer: ties share the
     mean of their ranks, a multiple of 1/2).
 
-    The ranks are those of ``scipy.stats.rankdata(a, axis=1)``, several
-    times faster on continuous draws (no stable sort needed: tied values
-    share a rank anyway)."""
+    The ranks are those of ``scipy.stats.rankdata(a, axis=1)``, computed
+    without its stable sort (tied values share a rank anyway)."""
     m, n = a.shape
     order = np.argsort(a, axis=1)
     ordered = np.take_along_axis(a, order, axis=1)
@@ -216,8 +215,8 @@ def _z_scale(x: np.ndarray, with_median: bool = False):
     """Rank-normalise pooling chains and draws: Phi^-1((r - 3/8) / (S + 1/4)).
 
     The ranks are multiples of 1/2 from 1 to S: Phi^-1 is taken once per
-    possible rank, from a table (the same numbers as per draw, 50 times
-    fewer evaluations for 100 points by 500 draws). With `with_median`,
+    possible rank, from a table (the same numbers as per draw, with fewer
+    evaluations). With `with_median`,
     also the median of each element's pooled draws (from the sorted draws:
     what `np.median` gives)."""
     num_elements, num_chains, num_draws = x.shape
@@ -262,7 +261,7 @@ def _rhat_bulk_tail(split: np.ndarray, z_split: np.ndarray, median: np.ndarray |
 
 def _autocov(x: np.ndarray) -> np.ndarray:
     """Biased autocovariance along the last axis, all lags, by zero-padded FFT
-    (NumPy's: `scipy.fft` would add about 0.15 s to ``import bartz``)."""
+    (NumPy's: importing `scipy.fft` would slow ``import bartz``)."""
     num_draws = x.shape[-1]
     nfft = _next_fast_len(2 * num_draws)
     centered = x - np.mean(x, axis=-1, keepdims=True)

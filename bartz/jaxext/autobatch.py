@@ -419,9 +419,9 @@ def _batch_start(plan, i):
     The batches have size ``plan.batch_size``; the last one is shifted back
     to end at the end of the axis, so it overlaps the previous one by fewer
     than ``plan.nbatches`` elements. This keeps a single call site of `func`
-    in a single loop: a separate call for the remainder would let XLA run it
-    concurrently with the loop when the loop has one iteration and is
-    inlined, doubling the temporary memory.
+    in a single loop: a separate call for the remainder would let XLA
+    (jaxlib 0.10.2) run it concurrently with the loop when the loop has one
+    iteration and is inlined, doubling the temporary memory.
     """
     return jnp.minimum(i * plan.batch_size, plan.length - plan.batch_size)
 

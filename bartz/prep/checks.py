@@ -6,6 +6,7 @@ value (STYLE 8). The predictors are not converted here: that is the job of
 `bartz.encoding`, which also remembers how for ``x_test`` and ``predict``.
 """
 
+import decimal
 import math
 import numbers
 import os
@@ -19,8 +20,55 @@ from jax import numpy as jnp
 from bartz.kernels import rng as _random
 from bartz.forest import grove
 from bartz.run import sharding
-from bartz.prep.encoding import numbers_from_object
 from bartz.sampler.moves import move_probs_array
+
+
+# ---------------------------------------------------------------- arrays
+# Helpers shared by the checks of the data (here, `bartz.encoding`).
+
+
+def num_rows(x) -> int:
+    """Number of rows of a DataFrame, Series, array or nested sequence (0
+    for None or a scalar)."""
+    if x is None:
+        return 0
+    shape = getattr(x, 'shape', None)
+    if shape is None:
+        shape = np.shape(x)
+    return int(shape[0]) if len(shape) else 0
+
+
+def is_number(v) -> bool:
+    """A real number: Python's and NumPy's, and `decimal.Decimal` (what
+    database drivers return for SQL's NUMERIC columns), read as float64."""
+    return isinstance(v, numbers.Real | decimal.Decimal)
+
+
+def is_missing(v) -> bool:
+    """A missing value: None, NaN, ``pd.NA``, ``pd.NaT`` (`pandas.isna` of a scalar)."""
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def numbers_from_object(arr: np.ndarray) -> np.ndarray:
+    """An object array whose elements are all real numbers or missing
+    (`is_missing`: None, NaN, ``pd.NA``, as for a DataFrame's object
+    column) as float64 with NaN for missing; any other array as it is (the
+    caller rejects what is not numeric)."""
+    if arr.dtype != object or arr.size == 0:
+        return arr
+    flat = arr.reshape(-1)
+    if not all(is_missing(v) or is_number(v) for v in flat):
+        return arr
+    try:
+        return np.array([np.nan if is_missing(v) else float(v) for v in flat], np.float64).reshape(arr.shape)
+    except OverflowError:
+        return arr  # an integer beyond float64: left for the caller's check, which names the column
+
+
+# ---------------------------------------------------------------- arguments
 
 
 def _check_int(name, value, minimum, *, allow_none=False):

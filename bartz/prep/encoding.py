@@ -68,7 +68,6 @@ Prediction with missing data via Bayesian additive regression trees, Can.
 J. Stat. 43(2).
 """
 
-import decimal
 import numbers
 import warnings
 from collections.abc import Sequence
@@ -79,7 +78,9 @@ import pandas as pd
 import scipy.sparse
 
 from bartz import _warn
+from bartz.prep import checks
 from bartz.prep import cutpoints as prepcovars
+from bartz.prep.checks import numbers_from_object  # noqa: F401, bartz.encoding.numbers_from_object
 
 __all__ = ['ColumnSpec', 'Encoding', 'PositionalColumnsWarning', 'fit_encoding']
 
@@ -205,7 +206,7 @@ class Encoding:
         """Encode ``x`` into the ``(n, p_enc)`` float64 encoded columns (R's
         model matrix), NaN where a value is missing."""
         values = _column_values(x, name, self)
-        n = values[0].shape[0] if values else _num_rows(x)
+        n = values[0].shape[0] if values else checks.num_rows(x)
         out = np.empty((n, self.num_encoded))
         e = 0
         for j, (c, v) in enumerate(zip(self.columns, values, strict=True)):
@@ -384,10 +385,6 @@ def _label(name, c: ColumnSpec, j: int) -> str:
     return f'{name} column {c.name!r}' if c.name is not None else f'{name} column {j}'
 
 
-def _num_rows(x) -> int:
-    return len(x) if isinstance(x, pd.DataFrame | pd.Series) else np.shape(x)[0]
-
-
 def _numeric_spec(cname, col: np.ndarray, label: str) -> ColumnSpec:
     missing = np.isnan(col)
     if missing.all() and col.size:
@@ -395,22 +392,6 @@ def _numeric_spec(cname, col: np.ndarray, label: str) -> ColumnSpec:
         raise ValueError(msg)
     fill = float(np.median(col[~missing])) if (~missing).any() else 0.0
     return ColumnSpec(cname, _NUMERIC, (), bool(missing.any()), fill)
-
-
-def numbers_from_object(arr: np.ndarray) -> np.ndarray:
-    """An object array whose elements are all real numbers or missing
-    (`_is_missing`: None, NaN, ``pd.NA``, as for a DataFrame's object
-    column) as float64 with NaN for missing; any other array as it is (the
-    caller rejects what is not numeric)."""
-    if arr.dtype != object or arr.size == 0:
-        return arr
-    flat = arr.reshape(-1)
-    if not all(_is_missing(v) or _is_number(v) for v in flat):
-        return arr
-    try:
-        return np.array([np.nan if _is_missing(v) else float(v) for v in flat], np.float64).reshape(arr.shape)
-    except OverflowError:
-        return arr  # an integer beyond float64: left for the caller's check, which names the column
 
 
 def masked_as_nan(x):
@@ -435,7 +416,7 @@ def _numeric_array(x, name: str) -> np.ndarray:
     except Exception as e:
         msg = f'{name} could not be converted to an array: {e}'
         raise TypeError(msg) from e
-    arr = numbers_from_object(arr)
+    arr = checks.numbers_from_object(arr)
     if np.iscomplexobj(arr):
         msg = f'{name} must be real, got complex values'
         raise TypeError(msg)
@@ -563,14 +544,14 @@ def _column_kind(series: pd.Series, label: str) -> tuple[str, list | None]:
     if pd.api.types.is_numeric_dtype(dtype):
         return _NUMERIC, None
     if dtype == object or pd.api.types.is_string_dtype(dtype):
-        present = [v for v in series.tolist() if not _is_missing(v)]
+        present = [v for v in series.tolist() if not checks.is_missing(v)]
         if not present:
             msg = f'{label} has no values, all are missing'
             raise ValueError(msg)
         if all(isinstance(v, str) for v in present):
             return _CATEGORICAL, sorted(set(present))
         if all(isinstance(v, bool | np.bool_) for v in present) or all(
-            _is_number(v) and not isinstance(v, bool | np.bool_) for v in present
+            checks.is_number(v) and not isinstance(v, bool | np.bool_) for v in present
         ):
             return _NUMERIC, None
         kinds = sorted({type(v).__name__ for v in present})
@@ -582,19 +563,6 @@ def _column_kind(series: pd.Series, label: str) -> tuple[str, list | None]:
         'convert it to numbers (e.g. days since a date) or to a category first'
     )
     raise TypeError(msg)
-
-
-def _is_number(v) -> bool:
-    """A real number: Python's and NumPy's, and `decimal.Decimal` (what
-    database drivers return for SQL's NUMERIC columns), read as float64."""
-    return isinstance(v, numbers.Real | decimal.Decimal)
-
-
-def _is_missing(v) -> bool:
-    try:
-        return bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
 
 
 def _to_float(values, label: str) -> np.ndarray:

@@ -322,10 +322,9 @@ def _ols_sigest(x, y):
 
     Solved by the normal equations of the centred, unit-norm columns (an
     eigendecomposition of their small Gram matrix), not by LAPACK's
-    least squares on the ``(n, q)`` design, whose multithreaded BLAS took
-    6 to 45 ms beside JAX's threads (0.5 ms here) and left its threads
-    spinning for tens of milliseconds after the call, taking a core from
-    the sampler that runs next. Columns whose singular value
+    least squares on the ``(n, q)`` design, whose multithreaded BLAS is slow
+    beside JAX's threads and leaves its threads spinning after the call,
+    taking a core from the sampler that runs next. Columns whose singular value
     is below 1e-7 times the largest (R's ``lm`` tolerance) count as aliased
     and are left out of the rank, as ``lm`` does.
     """

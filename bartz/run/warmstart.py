@@ -74,7 +74,7 @@ __all__ = ['num_bins', 'prior_trees', 'start_chains', 'state_from_trees', 'warm_
 _leaf_sums = mcmcstep._leaf_sums
 _log_marginal = mcmcstep._log_marginal
 # fast random numbers (one fused kernel per call on CPU, where JAX's own
-# generators run a rolled loop of a dozen kernels per round)
+# generators run a rolled loop of a dozen kernels per round; jaxlib 0.10.2)
 _uniform = mcmcstep._uniform
 _split = mcmcstep._split
 _gamma = mcmcstep._gamma
@@ -336,7 +336,7 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
         nodes = first + jnp.arange(width)
         hist = _histograms(X, idx - first, width, bins, stats)  # (width, p, bins, k)
         # sums left of each cut-point: a product with a triangular matrix,
-        # one kernel (a cumsum is a scan of many small ones on CPU)
+        # one kernel (a cumsum is a scan of many small ones on CPU, jaxlib 0.10.2)
         left = jnp.einsum('wpbk,bc->wpck', hist, below, precision=lax.Precision.HIGHEST)
         total = hist[:, 0].sum(axis=1)  # (width, k)
         right = total[:, None, None, :] - left
@@ -440,7 +440,7 @@ _HIST_GROUP_POINTS = 2**22
 
 def _sequential():
     """Chains one after the other on CPU, where XLA's batched scatters are
-    slower per element than unbatched ones; `vmap` elsewhere."""
+    slower per element than unbatched ones (jaxlib 0.10.2); `vmap` elsewhere."""
     return jax.default_backend() == 'cpu'
 
 
@@ -455,7 +455,7 @@ def num_bins(max_split) -> int:
 
 DEFAULT_START = 'root'
 """The start of `start_chains` with ``warmstart=0``: ``'root'`` or ``'prior'``
-(measured in benchmarks/warmstart.py; see the user guide)."""
+(``benchmarks/warmstart.py`` compares them; see the user guide)."""
 
 
 def start_chains(key, state: mcmcstep.State, num_chains: int | None, warmstart: int, start: str | None = None):
