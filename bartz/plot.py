@@ -14,6 +14,7 @@ import sys
 
 import matplotlib
 import numpy as np
+import pandas as pd
 
 
 def _headless() -> bool:
@@ -252,8 +253,6 @@ def partial_dependence(pd_or_fit, x=None, var=None, grid=None, ax=None, *, level
     -------
     matplotlib.axes.Axes
     """
-    import pandas as pd  # noqa: PLC0415
-
     if isinstance(pd_or_fit, pd.DataFrame):
         if x is not None or var is not None or grid is not None or kwargs:
             msg = 'x, var, grid and other options apply only when pd_or_fit is a BARTFit'
