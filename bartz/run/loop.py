@@ -137,6 +137,7 @@ def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: st
         logit_offset=opt(state.logit_offset, P()),
         move_probs=opt(state.move_probs, P()),
         move_kinds=state.move_kinds,  # static: no arrays to place
+        plan=state.plan,  # static too
     )
 
 
