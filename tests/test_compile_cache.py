@@ -308,7 +308,7 @@ import numpy as np
 import bartz
 from bartz.forest import grove
 from bartz.sampler import step as mcmcstep
-from bartz.api import predict
+from bartz.forest import predict as pipeline
 traced = []
 def counting(module, name):  # the functions run only while a program is traced
     original = getattr(module, name)
@@ -317,8 +317,7 @@ def counting(module, name):  # the functions run only while a program is traced
         return original(*args, **kwargs)
     setattr(module, name, wrapper)
 counting(mcmcstep, 'step')  # the MCMC loop
-counting(grove, '_evaluate_trace_impl')  # gbart's predictions at x_test
-counting(predict, '_device_kernel')  # fit.predict
+counting(pipeline, '_device_kernel')  # every prediction: x_test in gbart, fit.predict
 rng = np.random.default_rng(0)
 x = rng.uniform(size=(60, 3))
 y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
@@ -343,9 +342,10 @@ def test_programs_new_process_skips_tracing(tmp_path):
     it. A damaged file is ignored and written again."""
     cache = tmp_path / 'cache'
     first = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
-    assert first['traced'] == ['_device_kernel', '_evaluate_trace_impl', 'step']  # compiled here
+    assert first['traced'] == ['_device_kernel', 'step']  # compiled here
     assert first['warnings'] == []
-    assert [name.split('-')[0] for name in first['files']] == ['evaluate_trace', 'mcmc_chunk', 'predict']
+    # x_test's program (the draws before any link) and fit.predict's (the affine link)
+    assert [name.split('-')[0] for name in first['files']] == ['mcmc_chunk', 'predict', 'predict']
     assert all(name.endswith('.bartz-program') for name in first['files'])
 
     second = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
@@ -353,7 +353,7 @@ def test_programs_new_process_skips_tracing(tmp_path):
     assert second['draws'] == first['draws']
     assert second['files'] == first['files']
 
-    path = cache / 'bartz-programs' / first['files'][1]
+    path = cache / 'bartz-programs' / first['files'][0]
     path.write_bytes(b'not a program')
     third = run_python(FIT_CODE, tmp_path, BARTZ_CACHE_DIR=str(cache))
     assert third['traced'] == ['step']
@@ -370,7 +370,7 @@ def test_programs_off_with_the_cache(tmp_path):
         tmp_path,
         BARTZ_COMPILATION_CACHE='0',
     )
-    assert out['traced'] == ['_device_kernel', '_evaluate_trace_impl', 'step']
+    assert out['traced'] == ['_device_kernel', 'step']
     assert out['files'] == []
     assert not (tmp_path / 'xdg').exists()
 
@@ -468,7 +468,7 @@ def test_x_test_predictions_compiled_ahead(programs_in, monkeypatch):
     # which probit reuses, and the other device's)
     assert sorted(compiled) == ['MainThread'] * 3 + ['bartz-compile-x_test'] * 2
     names = sorted(path.name.split('-')[0] for path in programs_in.glob('*.bartz-program'))
-    assert names == ['evaluate_trace'] * 2 + ['mcmc_chunk'] * 3
+    assert names == ['mcmc_chunk'] * 3 + ['predict'] * 2
     for fit in fits:
         assert fit.yhat_test.shape == (20, 9)
         np.testing.assert_allclose(fit.yhat_test, fit.predict(x[:9]), rtol=1e-5, atol=1e-6)

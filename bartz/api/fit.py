@@ -29,7 +29,6 @@ from bartz.prep import sizes as buckets
 from bartz.forest import grove
 from bartz.prep import cutpoints as prepcovars
 from bartz.prep import priors
-from bartz.run import sharding
 from bartz.prep import encoding as encoding_mod
 from bartz.api import predict as predict_mod
 from bartz.prep.checks import _check_bool, _check_int, _make_key
