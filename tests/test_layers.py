@@ -1,0 +1,61 @@
+"""The package's folders are layers: a module imports only bartz modules of
+its own layer or of the layers below it, at the top of the module."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / 'bartz'
+
+# bottom to top; `diagnostics` is numpy and scipy only, `plot` and `demo` sit on the user layer
+LAYERS = ('_warn', '_version', 'diagnostics', 'jaxext', '_compile', 'kernels', 'forest', 'sampler', 'run', 'prep', 'api', 'plot', 'demo')
+
+
+def _layer(module: str) -> int:
+    """The layer of ``bartz.<module>...`` (or -1 for the package itself)."""
+    parts = module.split('.')
+    if parts[0] != 'bartz' or len(parts) == 1:
+        return -1
+    if parts[1] not in LAYERS:  # a user-layer name re-exported by the package (``from bartz import gbart``)
+        return LAYERS.index('api')
+    return LAYERS.index(parts[1])
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob('*.py')):
+        parts = path.relative_to(PACKAGE.parent).with_suffix('').parts
+        name = '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+        if name != 'bartz':  # the package's __init__ re-exports every layer
+            yield name, path
+
+
+def _bartz_imports(tree):
+    """(line, imported module, at top level) for every import of a bartz module."""
+    top = set(map(id, tree.body))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split('.')[0] == 'bartz':
+            names = [f'{node.module}.{a.name}' if node.module == 'bartz' else node.module for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split('.')[0] == 'bartz']
+        else:
+            continue
+        for name in names:
+            yield node.lineno, name, id(node) in top
+
+
+@pytest.mark.parametrize(('name', 'path'), list(_modules()), ids=lambda v: v if isinstance(v, str) else '')
+def test_imports_go_down_the_layers(name, path):
+    tree = ast.parse(path.read_text())
+    own = _layer(name)
+    for line, imported, at_top in _bartz_imports(tree):
+        if imported in ('bartz', 'bartz.__version__'):
+            continue
+        assert at_top, f'{path.name}:{line} imports {imported} inside a function'
+        assert _layer(imported) <= own, f'{name} (layer {LAYERS[own]}) imports {imported} from above, line {line}'
+
+
+def test_every_folder_is_a_layer():
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / '__init__.py').exists()}
+    modules = {p.stem for p in PACKAGE.glob('*.py')} - {'__init__'}
+    assert folders | modules <= set(LAYERS)
