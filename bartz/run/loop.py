@@ -20,13 +20,9 @@ Its cost is one gather per tree every `REFRESH_EVERY` sweeps.
 """
 
 import functools
-import math
-import os
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -34,64 +30,37 @@ from jax import lax, random
 from jax import numpy as jnp
 
 from bartz._compile import programs as _programs
-from bartz.sampler import step as mcmcstep
 from bartz.run import sharding
+from bartz.run.chains import (  # noqa: F401 (re-exported: bartz.mcmcloop.<name>)
+    _chain_key,
+    _keys_by_fold_in,
+    _SplitChains,
+    _threads_state,
+    _usable_cores,
+    chain_workers,
+)
+from bartz.run.progress import _fmt_time, _Progress, _supports_carriage_return  # noqa: F401 (re-exported)
+from bartz.run.traces import (  # noqa: F401 (re-exported: bartz.mcmcloop.<name>)
+    RunInfo,
+    Trace,
+    _ChunkOut,
+    _collect,
+    _draws_packing,
+    _extract,
+    _figures,
+    _internal_nodes,
+    _num_draws,
+    _pack,
+    _packing,
+    _packing_of,
+    _Packing,
+    _run_info,
+    _unpack,
+    _var_count,
+)
+from bartz.sampler import step as mcmcstep
 
 __all__ = ['REFRESH_EVERY', 'Trace', 'RunInfo', 'run_mcmc', 'state_specs']
-
-
-class Trace(NamedTuple):
-    """Saved draws (leading axis: draws)."""
-
-    var_tree: jax.Array  # (ndraws, m, H/2) uint: split variables
-    split_tree: jax.Array  # (ndraws, m, H/2) uint: split indices
-    leaf_tree: jax.Array  # (ndraws, m, H) float32: leaf values
-    sigma2: jax.Array | None  # (ndraws,) float32; None for probit
-    varcount: jax.Array  # (ndraws, p) int32: splits on each predictor
-    fit_train: jax.Array | None  # (ndraws, n) float32: sum of trees at the training points
-    log_s: jax.Array | None  # (ndraws, p) float32: DART log split probabilities; None without DART
-
-
-class RunInfo(NamedTuple):
-    """What happened in the run, beyond the draws."""
-
-    burn_sigma2: np.ndarray | None  # (nburn,) error variance during burn-in
-    grow_proposed: int
-    grow_accepted: int
-    prune_proposed: int
-    prune_accepted: int
-    elapsed: float  # seconds, compilation included
-    compile_time: float  # seconds spent in the first chunk beyond the others' rate
-    interrupted: bool  # stopped early by Ctrl-C
-    change_proposed: int = 0
-    change_accepted: int = 0
-    swap_proposed: int = 0
-    swap_accepted: int = 0
-    # where the last Ctrl-C stopped the fit: 'sampling' (`run_mcmc`), or a
-    # stage of `bartz.api.fit.package` or the convergence check (`bartz.api.fit.STAGES`);
-    # None if not interrupted
-    interrupted_in: str | None = None
-    missing: tuple = ()  # attributes of the fit left None by that Ctrl-C (`bartz.api.fit.package`)
-
-
-def _extract(state: mcmcstep.State, save_train: bool) -> Trace:
-    """The fields of a draw that the compiled chunk saves (``varcount`` is
-    None: `run_mcmc` counts it on the host, `_var_count`)."""
-    forest = state.forest
-    if save_train:
-        target = state.y if state.z is None else state.z
-        fit_train = target - state.resid
-    else:
-        fit_train = None
-    return Trace(
-        var_tree=forest.var_tree,
-        split_tree=forest.split_tree,
-        leaf_tree=forest.leaf_tree,
-        sigma2=None if state.z is not None else state.sigma2,
-        varcount=None,  # counted on the host from the saved trees (`_var_count`)
-        fit_train=fit_train,
-        log_s=None if state.dart is None else state.log_s,
-    )
 
 
 def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: str = 'data') -> mcmcstep.State:
@@ -243,105 +212,6 @@ def chunk_shape(n: int, num_chains: int | None, save_train: bool) -> tuple[int, 
 
 _CHUNK_ITERS = 100
 _CHUNK_BUFFER_BYTES = 2**26
-
-
-class _ChunkOut(NamedTuple):
-    """What one compiled chunk returns besides the state."""
-
-    info: jax.Array  # (8,) int32: the `mcmcstep.StepInfo` counts, summed over the chunk (and chains)
-    sigma2: jax.Array  # (chunk, [chains]) error variance after each iteration
-    # (chunk_draws + 1, [chains], ...) the draws saved in the chunk, then
-    # junk: a `Trace`, or without a mesh its fields packed (`_Packing`)
-    draws: 'Trace | tuple'
-
-
-class _Packing(NamedTuple):
-    """How the fields of a saved draw (a `Trace`) travel in the chunk's
-    buffer without a mesh: each field's bits, flattened, in one row per
-    item size (``uint8`` for the trees, ``uint32`` for the floats and
-    counts), so that the loop writes one row per item size and the
-    program zeroes one buffer per item size, instead of one of each per
-    field (8 kernels fewer in the program of a fit, each one a kernel's
-    compile time; the same draws bit for bit). The host takes the fields
-    back as views of the rows (`_unpack`)."""
-
-    treedef: object  # the `Trace`'s pytree structure (its None fields dropped)
-    fields: tuple  # per field: (shape, dtype, row, offset)
-    rows: tuple  # per row: (unsigned dtype, size)
-
-
-def _packing(shapes: Trace) -> _Packing:
-    """The `_Packing` of draws of the shapes `shapes` (of `_extract`)."""
-    leaves, treedef = jax.tree.flatten(shapes)
-    widths = sorted({np.dtype(leaf.dtype).itemsize for leaf in leaves})
-    sizes = dict.fromkeys(widths, 0)
-    fields = []
-    for leaf in leaves:
-        width = np.dtype(leaf.dtype).itemsize
-        fields.append((tuple(leaf.shape), np.dtype(leaf.dtype), widths.index(width), sizes[width]))
-        sizes[width] += math.prod(leaf.shape)
-    rows = tuple((np.dtype(f'uint{8 * width}'), sizes[width]) for width in widths)
-    return _Packing(treedef, tuple(fields), rows)
-
-
-def _pack(packing: _Packing, draw: Trace) -> tuple:
-    """The rows of one draw (traced)."""
-    parts = [[] for _ in packing.rows]
-    for leaf, (_, dtype, row, _) in zip(jax.tree.leaves(draw), packing.fields, strict=True):
-        unsigned = packing.rows[row][0]
-        bits = leaf.astype(unsigned) if dtype == np.bool_ else lax.bitcast_convert_type(leaf, unsigned)
-        parts[row].append(bits.reshape(-1))
-    return tuple(jnp.concatenate(p) if len(p) > 1 else p[0] for p in parts)
-
-
-def _unpack(packing: _Packing, rows: tuple) -> Trace:
-    """The `Trace` of the packed rows ``(draws, size)`` of numpy arrays
-    (views of them, not copies)."""
-    leaves = []
-    for shape, dtype, row, offset in packing.fields:
-        block = rows[row][:, offset : offset + math.prod(shape)]
-        leaves.append(block.view(dtype).reshape(block.shape[0], *shape))
-    return jax.tree.unflatten(packing.treedef, leaves)
-
-
-def _var_count(var_tree: np.ndarray, split_tree: np.ndarray, num_vars: int) -> np.ndarray:
-    """`bartz.grove.var_count_scatter` of every forest of saved draws
-    ``(..., m, H/2)``, on the host: ``(..., num_vars)`` int32.
-
-    The loop saves the trees anyway; counted here, only for the kept draws,
-    the counts cost the compiled chunk no kernels (four per iteration: a
-    scatter, its zeroed operand and its indices) and run beside the next
-    chunk."""
-    lead = var_tree.shape[:-2]
-    var = var_tree.reshape(-1, var_tree.shape[-2] * var_tree.shape[-1]).astype(np.int64)
-    internal = split_tree.reshape(var.shape) != 0
-    rows = np.arange(var.shape[0], dtype=np.int64)[:, None] * num_vars
-    counts = np.bincount((var + rows)[internal], minlength=var.shape[0] * num_vars)
-    return counts.reshape(*lead, num_vars).astype(np.int32)
-
-
-def _draws_packing(state: mcmcstep.State, save_train: bool) -> _Packing:
-    """The `_Packing` of the draws of a chunk run from `state` (no mesh)."""
-    leaves, treedef = jax.tree.flatten(state)
-    return _packing_of(treedef, tuple((x.shape, np.dtype(x.dtype)) for x in leaves), save_train)
-
-
-@functools.lru_cache(maxsize=64)
-def _packing_of(treedef, shapes: tuple, save_train: bool) -> _Packing:
-    """`_draws_packing` by the state's structure and shapes: a refit of the
-    same shapes traces nothing (`_extract`'s shapes are traced once)."""
-    state = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes])
-    return _packing(jax.eval_shape(lambda s: _extract(s, save_train), state))
-
-
-def _internal_nodes(split_tree) -> tuple[int, int]:
-    """The number of internal nodes of the trees and of trees: with the
-    accepted moves' counts (a GROW adds a leaf, a PRUNE removes one, CHANGE
-    and SWAP keep them), the host follows the mean number of leaves per
-    tree, one more than of internal nodes, without a reduction in the
-    compiled chunk."""
-    split_tree = np.asarray(sharding.to_host(split_tree))
-    return int(np.count_nonzero(split_tree)), split_tree.size // split_tree.shape[-1]
 
 
 def _compiler_options(n: int) -> tuple:
@@ -510,100 +380,6 @@ def _chunk_runner(
     # a new process loads the compiled loop instead of tracing it again
     static = (chunk, chunk_draws, save_train, num_chains, compiler_options, split_chains)
     return _programs.persistent(runner, 'mcmc_chunk', static)
-
-
-def _chain_key(key, chain, num_chains: int):
-    """``random.split(key, num_chains)[chain]``, the key of chain `chain` in
-    the vmapped step. With JAX's default partitionable threefry that is
-    ``fold_in(key, chain)`` (`_keys_by_fold_in`), marked by `num_chains` 0:
-    then one compiled runner serves any number of chains."""
-    if num_chains == 0:
-        return mcmcstep.fold_in(key, chain)
-    return random.split(key, num_chains)[chain]
-
-
-def _keys_by_fold_in() -> bool:
-    """Whether ``random.split(key, c)[i]`` is ``fold_in(key, i)`` for every ``c``."""
-    return jax.config.jax_threefry_partitionable and jax.config.jax_default_prng_impl == 'threefry2x32'
-
-
-def chain_workers(num_chains: int | None, mesh=None) -> int:
-    """Threads for running `num_chains` vmapped chains as separate one-chain
-    calls (`_SplitChains`); 0 to run them vmapped.
-
-    On CPU, separate calls are faster even one after the other (the vmapped
-    sweep does the per-chain scatters and gathers with batch indices), and
-    on several threads they use the cores that one call leaves idle.
-    Elsewhere (GPU, a mesh of
-    several devices) the chains stay vmapped.
-    """
-    if num_chains is None:
-        return 0
-    if mesh is None:
-        platform = jax.default_backend()
-    elif mesh.devices.size == 1:
-        platform = mesh.devices.flat[0].platform
-    else:
-        return 0
-    if platform != 'cpu':
-        return 0
-    return max(1, min(num_chains, _usable_cores()))
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-class _SplitChains:
-    """The chains of a vmapped state, each run by its own calls of a one-chain
-    runner (`_chunk_runner` with ``split_chains``), on up to `workers`
-    threads; a call returns what the vmapped runner would, except that the
-    saved draws have the chain axis first."""
-
-    def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int, save_train: bool, quick: dict | None = None):
-        self.runner = runner
-        self.quick = quick
-        self.shared = mcmcstep.shared_fields(state)
-        self.device = next(iter(state.X.devices()))
-        self.own = mcmcstep.unstack_chains(state, num_chains, self.device)
-        self.packing = _draws_packing(mcmcstep.merge_fields(self.own[0], self.shared), save_train)
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix='bartz-chain') if workers > 1 else None
-
-    def __call__(self, key, *args):
-        def one(c):
-            own, out = self.runner(key, self.own[c], self.shared, *args, np.int32(c), quick=self.quick)
-            out = jax.tree.map(sharding.to_host, out)
-            return own, out._replace(draws=_unpack(self.packing, out.draws))
-
-        chains = range(len(self.own))
-        results = list(self.pool.map(one, chains) if self.pool is not None else map(one, chains))
-        self.own = [own for own, _ in results]
-        outs = [out for _, out in results]
-        return _ChunkOut(
-            info=np.sum([o.info for o in outs], axis=0),
-            sigma2=np.stack([o.sigma2 for o in outs], axis=1),
-            draws=jax.tree.map(lambda *xs: np.stack(xs), *(o.draws for o in outs)),  # chains first
-        )
-
-    def state(self) -> mcmcstep.State:
-        """The chains' states stacked as a vmapped state (on the host, then the device)."""
-        return mcmcstep.stack_chains(self.own, self.shared, self.device)
-
-    def close(self) -> bool:
-        """Shut the threads down once their calls end; a Ctrl-C while
-        waiting for them stops the wait (the calls end in the background,
-        and the chains' states are then lost). Returns whether it did."""
-        if self.pool is None:
-            return False
-        try:
-            self.pool.shutdown()
-        except KeyboardInterrupt:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            return True
-        return False
 
 
 # calls of the chunk dispatched ahead of the one whose outputs `run_mcmc`
@@ -890,56 +666,6 @@ def _runner(state, chunk, chunk_draws, save_train, num_chains, mesh, workers, qu
     return runner, None, packing
 
 
-def _figures(done_iters, total, totals, internal, num_forest_trees, sigma, start_time) -> dict:
-    """The progress figures given to the progress bar and the callback;
-    `totals`: the `StepInfo` counts summed so far, in order."""
-    return {
-        'iteration': done_iters,
-        'total': total,
-        'grow_acc': totals[1] / max(totals[0], 1),
-        'prune_acc': totals[3] / max(totals[2], 1),
-        'change_acc': totals[5] / max(totals[4], 1),
-        'swap_acc': totals[7] / max(totals[6], 1),
-        'mean_leaves': float(1 + (internal + totals[1] - totals[3]) / num_forest_trees),
-        'sigma': sigma,
-        'elapsed': time.perf_counter() - start_time,
-    }
-
-
-def _threads_state(split, late: bool):
-    """The final state of the chains on threads, and whether a Ctrl-C came
-    late (after the last iteration). None where a Ctrl-C came after the
-    loop (`late`), inside a call that had taken (donated) a chain's state,
-    or while the states are stacked: the draws matter more."""
-    if late:
-        return None, late
-    try:
-        return split.state(), late
-    except RuntimeError:
-        return None, late
-    except KeyboardInterrupt:
-        return None, True
-
-
-def _run_info(totals, burn_sigma2, elapsed: float, compile_time: float, interrupted: bool) -> RunInfo:
-    """The `RunInfo` of a run; `totals`: the `StepInfo` counts summed, in order."""
-    return RunInfo(
-        burn_sigma2=burn_sigma2,
-        grow_proposed=int(totals[0]),
-        grow_accepted=int(totals[1]),
-        prune_proposed=int(totals[2]),
-        prune_accepted=int(totals[3]),
-        elapsed=elapsed,
-        compile_time=compile_time,
-        interrupted=interrupted,
-        interrupted_in='sampling' if interrupted else None,
-        change_proposed=int(totals[4]),
-        change_accepted=int(totals[5]),
-        swap_proposed=int(totals[6]),
-        swap_accepted=int(totals[7]),
-    )
-
-
 def _compile_time(first_chunk_time, done_iters: int, elapsed: float) -> float:
     """Seconds of compilation: what the first call, of ``(seconds,
     iterations)`` `first_chunk_time`, took beyond the rate of the later ones."""
@@ -947,91 +673,3 @@ def _compile_time(first_chunk_time, done_iters: int, elapsed: float) -> float:
         return 0.0
     rate = (elapsed - first_chunk_time[0]) / (done_iters - first_chunk_time[1])
     return max(0.0, first_chunk_time[0] - rate * first_chunk_time[1])
-
-
-def _num_draws(traces: list, split, num_chains: int | None) -> int:
-    """The draws in the chunks' `traces`, over all chains (a fit's ``ndpost``)."""
-    axis = 1 if split is not None else 0  # (the chains on threads have the chain axis first)
-    return sum(int(t.leaf_tree.shape[axis]) for t in traces) * (num_chains or 1)
-
-
-def _collect(traces: list, split, state, save_train: bool, num_vars: int, num_chains, chain_major: bool) -> Trace:
-    """The `Trace` of `run_mcmc` from the draws of its chunks, `traces`
-    (empty: a trace of no draws, of the shapes of `state`)."""
-    if traces:
-        trace = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1 if split is not None else 0), *traces)
-    else:
-        shapes = jax.eval_shape(lambda s: _extract(s, save_train), state)
-        trace = jax.tree.map(lambda s: np.zeros((0, *s.shape), s.dtype), shapes)
-        trace = trace._replace(varcount=_var_count(trace.var_tree, trace.split_tree, num_vars))
-        if split is not None:
-            trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
-    if num_chains is not None and chain_major != (split is not None):  # the layout asked
-        trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
-    return trace
-
-
-class _Progress:
-    """A one-line progress bar (in place on terminals and in notebooks)."""
-
-    def __init__(self, total: int, printevery: int | None):
-        self.total = total
-        self.printevery = printevery
-        self.stream = sys.stdout
-        self.inplace = _supports_carriage_return(self.stream)
-        self.last_printed = 0
-        self.open = False
-
-    def update(self, f: dict):
-        if not self.printevery:
-            return
-        it = f['iteration']
-        if it - self.last_printed < self.printevery and it < self.total:
-            return
-        self.last_printed = it
-        frac = it / max(self.total, 1)
-        width = 20
-        bar = '#' * int(frac * width) + '-' * (width - int(frac * width))
-        rate = f['elapsed'] / max(it, 1)
-        remaining = rate * (self.total - it)
-        sigma = '' if f['sigma'] is None else f' sigma {f["sigma"]:.3g}'
-        line = (
-            f'[{bar}] {it}/{self.total} it | acc grow {f["grow_acc"]:.0%} prune {f["prune_acc"]:.0%} '
-            f'change {f["change_acc"]:.0%} swap {f["swap_acc"]:.0%} '
-            f'| leaves/tree {f["mean_leaves"]:.2f}{sigma} | {_fmt_time(f["elapsed"])} elapsed, '
-            f'{_fmt_time(remaining)} left'
-        )
-        if self.inplace:
-            self.stream.write('\r' + line)
-            self.open = True
-        else:
-            self.stream.write(line + '\n')
-        self.stream.flush()
-
-    def close(self):
-        if self.open:
-            self.stream.write('\n')
-            self.stream.flush()
-            self.open = False
-
-
-def _supports_carriage_return(stream) -> bool:
-    if 'ipykernel' in sys.modules:
-        return True
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _fmt_time(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return '?'
-    if seconds < 60:
-        return f'{seconds:.1f}s'
-    minutes, sec = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f'{minutes}m{sec:02d}s'
-    hours, minutes = divmod(minutes, 60)
-    return f'{hours}h{minutes:02d}m'
-
