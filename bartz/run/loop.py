@@ -572,15 +572,12 @@ def run_mcmc(
                 pending.append((out, iters, t0))
                 dispatched += iters
             out, iters, t0 = pending.pop(0)
-            out = jax.tree.map(sharding.to_host, out)
-            if packing is not None:
-                out = out._replace(draws=_unpack(packing, out.draws))
+            out = _to_host(out, packing)
             if done_iters < n_burn and not is_binary:
                 burn_sigma2.append(out.sigma2[: min(iters, n_burn - done_iters)])
             num_draws = draws_before(done_iters + iters) - draws_before(done_iters)
             if num_draws:
-                draws = jax.tree.map(lambda b: b[:, :num_draws] if split is not None else b[:num_draws], out.draws)
-                traces.append(draws._replace(varcount=_var_count(draws.var_tree, draws.split_tree, num_vars)))
+                traces.append(_kept_draws(out.draws, num_draws, split, num_vars))
             done_iters += iters
             totals += np.asarray(out.info, np.int64)  # the StepInfo fields, in order
             dt = time.perf_counter() - t0
@@ -595,18 +592,9 @@ def run_mcmc(
         interrupted = True
         progress.close()
         kept = _num_draws(traces, split, num_chains)
+        print(_interrupt_message(done_iters, total, kept), file=sys.stderr)
         if not kept:
-            print(
-                f'bartz: interrupted by Ctrl-C after {done_iters} of {total} iterations, before any draw '
-                'was kept; nothing to return.',
-                file=sys.stderr,
-            )
             raise
-        print(
-            f'bartz: interrupted by Ctrl-C after {done_iters} of {total} iterations; '
-            f'returning the {kept} draws collected so far.',
-            file=sys.stderr,
-        )
     finally:
         # (a Ctrl-C after the loop: `late`; the draws are all in `traces`)
         late = split is not None and split.close()
@@ -614,12 +602,7 @@ def run_mcmc(
     elapsed = time.perf_counter() - start_time
     if split is not None:
         state, late = _threads_state(split, late)
-    collect = functools.partial(_collect, traces, split, state, save_train, num_vars, num_chains, chain_major)
-    try:
-        trace = collect()
-    except KeyboardInterrupt:
-        late = True
-        trace = collect()
+    trace, late = _collect_traces(traces, split, state, save_train, num_vars, num_chains, chain_major, late)
     if late and not interrupted:
         print(
             f'bartz: interrupted by Ctrl-C after the last iteration; returning all '
@@ -630,6 +613,44 @@ def run_mcmc(
     compile_time = _compile_time(first_chunk_time, done_iters, elapsed)
     burn_sigma2 = None if is_binary else (np.concatenate(burn_sigma2) if burn_sigma2 else np.zeros(0, np.float32))
     return state, trace, _run_info(totals, burn_sigma2, elapsed, compile_time, interrupted)
+
+
+def _to_host(out: _ChunkOut, packing) -> _ChunkOut:
+    """The outputs of one call of the chunk on the host, the draws unpacked
+    (`packing`, None where they come unpacked)."""
+    out = jax.tree.map(sharding.to_host, out)
+    if packing is not None:
+        out = out._replace(draws=_unpack(packing, out.draws))
+    return out
+
+
+def _kept_draws(draws: Trace, num_draws: int, split, num_vars: int) -> Trace:
+    """The first `num_draws` draws of a call's buffer, with their variable counts."""
+    draws = jax.tree.map(lambda b: b[:, :num_draws] if split is not None else b[:num_draws], draws)
+    return draws._replace(varcount=_var_count(draws.var_tree, draws.split_tree, num_vars))
+
+
+def _interrupt_message(done_iters: int, total: int, kept: int) -> str:
+    """What `run_mcmc` prints on a Ctrl-C during the loop."""
+    if not kept:
+        return (
+            f'bartz: interrupted by Ctrl-C after {done_iters} of {total} iterations, before any draw '
+            'was kept; nothing to return.'
+        )
+    return (
+        f'bartz: interrupted by Ctrl-C after {done_iters} of {total} iterations; '
+        f'returning the {kept} draws collected so far.'
+    )
+
+
+def _collect_traces(traces, split, state, save_train, num_vars, num_chains, chain_major, late: bool):
+    """`_collect` of the chunks' draws, again after a Ctrl-C during it; and
+    whether a Ctrl-C came after the last iteration (`late`)."""
+    collect = functools.partial(_collect, traces, split, state, save_train, num_vars, num_chains, chain_major)
+    try:
+        return collect(), late
+    except KeyboardInterrupt:
+        return collect(), True
 
 
 def _runner(state, chunk, chunk_draws, save_train, num_chains, mesh, workers, quick):
