@@ -324,10 +324,7 @@ def _chunk_runner(
         # (with a mesh, the fields stay apart: the training fits are split
         # over the data axis, the others are not)
         packing = None if mesh is not None else _packing(trace)
-        if packing is None:
-            buffer = jax.tree.map(lambda s: jnp.zeros((chunk_draws + 1, *s.shape), s.dtype), trace)
-        else:
-            buffer = tuple(jnp.zeros((chunk_draws + 1, size), dtype) for dtype, size in packing.rows)
+        buffer = _draw_buffers(trace, packing, chunk_draws)
         sigma2s = jnp.zeros((chunk, *state.sigma2.shape), jnp.float32)
 
         def body(t, carry):
@@ -363,6 +360,23 @@ def _chunk_runner(
         # them (`_internal_nodes`: no kernels here)
         return state, _ChunkOut(info, sigma2s, buffer)
 
+    static = (chunk, chunk_draws, save_train, num_chains)
+    return _jit_runner(run, compiler_options, split_chains, mesh, static)
+
+
+def _draw_buffers(trace: Trace, packing, chunk_draws: int):
+    """The chunk's buffers of saved draws, zeros: `chunk_draws` slots and a
+    spare one for the iterations not saved; by field of `trace` (shapes),
+    or by row of `packing`."""
+    if packing is None:
+        return jax.tree.map(lambda s: jnp.zeros((chunk_draws + 1, *s.shape), s.dtype), trace)
+    return tuple(jnp.zeros((chunk_draws + 1, size), dtype) for dtype, size in packing.rows)
+
+
+def _jit_runner(run, compiler_options: tuple, split_chains, mesh, static: tuple):
+    """`run` (the chunk of `_chunk_runner`) jitted, its state donated; with
+    `split_chains`, as a runner of one chain's own fields and the shared
+    ones; off a mesh, persistent by ``static`` and the other arguments."""
     options = dict(compiler_options) or None
     if split_chains is None:
         runner = jax.jit(run, donate_argnums=(1,), compiler_options=options)
@@ -378,8 +392,7 @@ def _chunk_runner(
     if mesh is not None:
         return runner
     # a new process loads the compiled loop instead of tracing it again
-    static = (chunk, chunk_draws, save_train, num_chains, compiler_options, split_chains)
-    return _programs.persistent(runner, 'mcmc_chunk', static)
+    return _programs.persistent(runner, 'mcmc_chunk', (*static, compiler_options, split_chains))
 
 
 # calls of the chunk dispatched ahead of the one whose outputs `run_mcmc`
