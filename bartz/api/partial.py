@@ -23,6 +23,8 @@ import numbers
 import numpy as np
 import pandas as pd
 
+from bartz.prep.checks import num_rows
+
 __all__ = ['partial_dependence']
 
 # R's pdbart: levquants = c(.05, (1:9)/10, .95), or the sorted unique values
@@ -103,7 +105,7 @@ def partial_dependence(
     points = _grid_points(x, columns, names, grid)  # DataFrame, one column per predictor
 
     sums = _row_sums(fit, x, columns, points, max_memory)  # (ndpost, grid points)
-    draws = sums / _num_rows(x)
+    draws = sums / num_rows(x)
     tail = (1 - level) / 2
     table = points.reset_index(drop=True).copy()
     table['mean'] = draws.mean(axis=0)
@@ -113,10 +115,6 @@ def partial_dependence(
     table['upper'] = np.quantile(draws, 1 - tail, axis=0)
     table.attrs = {'draws': draws, 'var': list(names), 'kind': kind, 'level': float(level)}
     return table
-
-
-def _num_rows(x):
-    return x.shape[0]
 
 
 def _check_x(fit, x):
@@ -258,7 +256,7 @@ def _set_columns(x_rows, columns, values):
 def _row_sums(fit, x, columns, points, max_memory):
     """``(ndpost, grid points)`` sums over the rows of `x` of the predicted
     draws with the predictors set to each grid point, batch by batch."""
-    n = _num_rows(x)
+    n = num_rows(x)
     ndpost = fit.ndpost
     # rows of predictions per call: (ndpost, rows) float32 within max_memory
     per_call = max(1, max_memory // (4 * ndpost))
@@ -268,7 +266,7 @@ def _row_sums(fit, x, columns, points, max_memory):
     sums = np.zeros((ndpost, len(values)), np.float64)
     for start in range(0, n, row_batch):
         rows = x.iloc[start : start + row_batch] if isinstance(x, pd.DataFrame) else x[start : start + row_batch]
-        r = _num_rows(rows)
+        r = num_rows(rows)
         for g0 in range(0, len(values), grid_batch):
             chunk = values[g0 : g0 + grid_batch]
             stacked = _set_columns(rows, columns, chunk)

@@ -37,6 +37,7 @@ from bartz.forest import grove
 from bartz.forest import predict as pipeline
 from bartz.forest.predict import KINDS, quantile_plan, sort_draws, summarize_draws
 from bartz.prep import cutpoints as prepcovars
+from bartz.prep.checks import num_rows
 from bartz.prep import encoding as encoding_mod
 from bartz.prep import priors
 from bartz.prep import sizes as buckets
@@ -262,14 +263,6 @@ def _array_rows(name, x, binning):
         return chunk[:, None] if chunk.ndim == 1 else chunk
 
     return x, get
-
-
-def num_rows(x) -> int:
-    """Number of rows of an input that `iter_row_chunks` accepts (0 if unknown)."""
-    shape = getattr(x, 'shape', None)
-    if shape is None:
-        shape = np.shape(x) if x is not None else (0,)
-    return int(shape[0]) if len(shape) else 0
 
 
 def rows_per_chunk(p: int, out_bytes_per_row: int, host_bytes: int = HOST_CHUNK_BYTES) -> int:
