@@ -308,12 +308,7 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
 
     # the partial residual: this tree's current values added back
     r = jnp.where(valid, resid + old_leaves[old_indices.astype(jnp.int32)], 0.0)
-    # per point: weighted residual, precision, count (the last only if weighted)
-    if weighted:
-        w = jnp.where(valid, weights, 0.0)
-        stats = jnp.stack([r * w, w, valid.astype(jnp.float32)], axis=1)
-    else:
-        stats = jnp.stack([r, valid.astype(jnp.float32)], axis=1)
+    stats = _point_stats(r, weights, valid)
 
     var_row = jnp.zeros(half, jnp.int32)
     split_row = jnp.zeros(half, jnp.int32)
@@ -387,26 +382,48 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
             carry = lax.cond(jnp.any(parents != 0), functools.partial(grow_level, d), lambda c: c, carry)
     var_row, split_row, lo, hi, idx = carry
 
-    # leaves from their conjugate posterior
+    leaves, leaf_idx, leaf_stats = _draw_leaves(stats, idx, valid, split_row, u[-heap_size:], inv_sigma2, inv_tau2)
+    resid = jnp.where(valid, r - leaves[idx], 0.0)
+
+    count = leaf_stats[:, -1].astype(jnp.int32)
+    prec = leaf_stats[:, 1] if weighted else None
+    if state.sigma2_alpha is not None:
+        sigma2 = _draw_sigma2(key_sigma, state, resid, count, weights)
+    return (resid, sigma2), (var_row, split_row, leaves, leaf_idx, count, prec)
+
+
+def _point_stats(r, weights, valid):
+    """Per point: weighted residual, precision, count (the last only if
+    weighted); zero on the points not `valid`."""
+    if weights is not None:
+        w = jnp.where(valid, weights, 0.0)
+        return jnp.stack([r * w, w, valid.astype(jnp.float32)], axis=1)
+    return jnp.stack([r, valid.astype(jnp.float32)], axis=1)
+
+
+def _draw_leaves(stats, idx, valid, split_row, u_leaves, inv_sigma2, inv_tau2):
+    """The leaves from their conjugate posterior (by inverse CDF of the
+    uniforms `u_leaves`), the points' leaf indices, and the leaves' sums of
+    `stats`."""
+    heap_size = split_row.shape[0] * 2
     leaf_idx = jnp.where(valid, idx, 0).astype(jnp.uint8)
     leaf_stats = jnp.zeros((heap_size, stats.shape[1]), jnp.float32).at[idx].add(stats)
     leaf_stats = leaf_stats.at[0].set(0.0)
     S, P = leaf_stats[:, 0], leaf_stats[:, 1]
     post_prec = P * inv_sigma2 + inv_tau2
     post_mean = S * inv_sigma2 / post_prec
-    noise = jax.scipy.special.ndtri(u[-heap_size:])
+    noise = jax.scipy.special.ndtri(u_leaves)
     leaf = grove.is_leaf(split_row)
     leaves = jnp.where(leaf, post_mean + noise * lax.rsqrt(post_prec), 0.0)
-    resid = jnp.where(valid, r - leaves[idx], 0.0)
+    return leaves, leaf_idx, leaf_stats
 
-    count = leaf_stats[:, -1].astype(jnp.int32)
-    prec = leaf_stats[:, 1] if weighted else None
-    if state.sigma2_alpha is not None:
-        sq = resid * resid if not weighted else resid * resid * weights
-        alpha = state.sigma2_alpha + jnp.sum(count).astype(jnp.float32) / 2
-        beta = state.sigma2_beta + jnp.sum(sq) / 2
-        sigma2 = (beta / _gamma(key_sigma, alpha)).astype(jnp.float32)
-    return (resid, sigma2), (var_row, split_row, leaves, leaf_idx, count, prec)
+
+def _draw_sigma2(key, state: mcmcstep.State, resid, count, weights):
+    """The error variance from its inverse-gamma conditional given the residuals."""
+    sq = resid * resid if weights is None else resid * resid * weights
+    alpha = state.sigma2_alpha + jnp.sum(count).astype(jnp.float32) / 2
+    beta = state.sigma2_beta + jnp.sum(sq) / 2
+    return (beta / _gamma(key, alpha)).astype(jnp.float32)
 
 
 def _histograms(X, local, width, bins, stats):
