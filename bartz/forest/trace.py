@@ -31,7 +31,7 @@ _TEMP_BYTES_PER_POINT_TREE = 16
 DEFAULT_MAX_MEMORY = 256 * 2**20
 # The traversal's per-draw temporaries of a batch of points, (trees, points)
 # int32 arrays, must stay in the CPU's L2 cache: beyond it the time per
-# point grows (benchmarks/README.md, "prediction").
+# point grows (measured with jaxlib 0.10.2; benchmarks/LOG.md, "prediction").
 _CACHE_FRIENDLY_BYTES = 4 * 2**20
 LINKS = (None, 'affine', 'probit', 'logit')
 LINEAR_LINKS = (None, 'affine')
