@@ -6,7 +6,7 @@ import jax
 from jax import numpy as jnp
 from jax.scipy.special import ndtr
 
-from bartz.forest import grove, heaps
+from bartz.forest import grove
 from bartz.forest.grove import TreeHeaps
 
 
@@ -77,14 +77,14 @@ def test_traverse_and_evaluate_match_brute_force(depth, dtype):
     np.testing.assert_allclose(np.asarray(f), brute_eval(X, trees), rtol=1e-5, atol=1e-5)
 
 
-def test_traverse_unrolled_matches_brute_force(monkeypatch):
-    """The unrolled traversal of other backends than the CPU's."""
-    monkeypatch.setattr(heaps, '_roll_levels', lambda: False)
+@pytest.mark.parametrize('roll', [False, True])
+def test_traverse_by_levels_matches_brute_force(roll):
+    """The unrolled traversal of other backends than the CPU's, and the loop."""
     rng = np.random.default_rng(7)
     p, n, max_split = 3, 23, 6
     trees = random_forest(rng, 9, 5, p, max_split)
     X = jnp.asarray(rng.integers(0, max_split + 1, size=(p, n)).astype(np.uint8))
-    leaves = grove.traverse_forest(X, trees.var_tree, trees.split_tree)
+    leaves = grove.traverse_forest(X, trees.var_tree, trees.split_tree, roll=roll)
     np.testing.assert_array_equal(np.asarray(leaves), brute_leaves(X, trees))
 
 

@@ -108,7 +108,7 @@ def rowwise_take(table: jax.Array, index: jax.Array) -> jax.Array:
 
 
 def traverse_forest(
-    X: jax.Array, var_tree: jax.Array, split_tree: jax.Array
+    X: jax.Array, var_tree: jax.Array, split_tree: jax.Array, *, roll: bool | None = None
 ) -> jax.Array:
     """Find the leaf of every point in every tree.
 
@@ -118,6 +118,9 @@ def traverse_forest(
         Binned predictors, shape ``(p, n)``.
     var_tree, split_tree
         Shape ``(m, H/2)``.
+    roll
+        Whether to loop over the tree levels (True) or unroll them (False);
+        None: loop on CPU, unroll elsewhere. Both give the same leaves.
 
     Returns
     -------
@@ -139,7 +142,7 @@ def traverse_forest(
         x = X[var, point].astype(jnp.int32)
         return jnp.where(split != 0, 2 * node + (x >= split), node)
 
-    if _roll_levels():
+    if _roll_levels() if roll is None else roll:
         # on CPU a loop over the levels, not unrolled: XLA compiles one
         # level's kernels instead of one set per level, and the loop runs
         # as fast (faster where many trees are traversed)
@@ -151,9 +154,8 @@ def traverse_forest(
 
 
 def _roll_levels():
-    """Whether `traverse_forest` loops over the levels (on CPU, JAX's
-    default backend) instead of unrolling them (a function, so that tests
-    can take the other path on CPU)."""
+    """Whether `traverse_forest` loops over the levels by default (on CPU,
+    JAX's default backend) instead of unrolling them."""
     return jax.default_backend() == 'cpu'
 
 
