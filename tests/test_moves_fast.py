@@ -18,7 +18,7 @@ import pytest
 from jax import numpy as jnp
 from jax import random
 
-from bartz.kernels.rng import _uniform  # the uniforms propose_moves draws from its key (one test)
+from bartz.kernels.rng import uniform  # the uniforms propose_moves draws from its key (one test)
 from bartz.run import warmstart
 from bartz.sampler import moves, reference
 from bartz.sampler import step as mcmcstep
@@ -274,5 +274,5 @@ def test_propose_moves_as_the_reference():
     state = CASES['dart'](rng)
     key = random.key(11)
     proposed = jax.jit(mcmcstep.propose_moves)(key, state)
-    u = _uniform(key, (state.forest.split_tree.shape[0], 4))
+    u = uniform(key, (state.forest.split_tree.shape[0], 4))
     _assert_same(proposed, _reference(*_proposal_args(state, u, None)))

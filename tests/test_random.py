@@ -43,13 +43,13 @@ GAMMA_SHAPES = [0.3, 1.0, 2.5, 40.0, 600.0]  # (the error variance's shape is (n
 
 @pytest.mark.parametrize('seed', [0, 1])
 def test_gamma_draws_follow_the_gamma_law(seed):
-    """`_random._gamma` (Marsaglia & Tsang with the normals of
+    """`_random.gamma` (Marsaglia & Tsang with the normals of
     `_normal_from_words`, and the boost below shape 1) draws Gamma(shape, 1):
     a Kolmogorov-Smirnov test against SciPy's law for shapes from 0.3 to
     600, 20,000 draws each, at a threshold of 1e-4 per test (Bonferroni
     over the shapes and seeds: a correct sampler fails it with probability
     about 1e-3)."""
-    draw = jax.jit(jax.vmap(_random._gamma, in_axes=(0, None)))
+    draw = jax.jit(jax.vmap(_random.gamma, in_axes=(0, None)))
     keys = random.split(random.key(seed), 20_000)
     for shape in GAMMA_SHAPES:
         x = np.asarray(draw(keys, np.float32(shape)), np.float64)

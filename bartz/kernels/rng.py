@@ -58,9 +58,21 @@ def _random_words(key, num):
     return jnp.concatenate([x0, x1])[:num]
 
 
-def _uniform(key, shape):
-    """Uniforms in (0, 1) (as ``random.uniform(key, shape, minval=tiny)``,
-    another stream of the same generator)."""
+def uniform(key, shape):
+    """Draw uniforms in (0, 1), as ``random.uniform(key, shape, minval=tiny)``
+    does, from another stream of the same generator.
+
+    Parameters
+    ----------
+    key : jax.Array
+        A random key.
+    shape : tuple of int
+        The shape of the draws.
+
+    Returns
+    -------
+    Float32 uniforms of shape `shape`, at least the smallest normal float32.
+    """
     num = math.prod(shape)
     words = _random_words(key, num)
     tiny = jnp.finfo(jnp.float32).tiny
@@ -110,8 +122,8 @@ def fold_in_on_host(key, data):
 _GAMMA_MAX_TRIES = 1 << 16
 
 
-def _gamma(key, alpha):
-    """A Gamma(`alpha`, 1) draw by Marsaglia & Tsang's (2000) rejection
+def gamma(key, alpha):
+    """Draw from Gamma(`alpha`, 1) by Marsaglia & Tsang's (2000) rejection
     method, from words of `_threefry2x32` (as `random.gamma`, another
     stream; its loop calls JAX's rolled cipher several times per try).
 
@@ -123,6 +135,17 @@ def _gamma(key, alpha):
     is counter 0 of stream 1. The normal is AS 241's three rational
     functions, not ``ndtri``'s six (about 60 traced operations per try
     instead of 240, and fewer kernels in the compiled loop).
+
+    Parameters
+    ----------
+    key : jax.Array
+        A random key (other kinds than threefry go to `random.gamma`).
+    alpha : jax.Array
+        The shape, a float32 scalar.
+
+    Returns
+    -------
+    A float32 draw; NaN for a shape that is not finite.
     """
     key_words = random.key_data(key)
     if key_words.shape != (2,) or key_words.dtype != jnp.uint32:
@@ -160,6 +183,11 @@ def _gamma(key, alpha):
     value = jnp.where(constants()[2], value, jnp.nan)
     u_boost = jnp.maximum(_unit_float(_threefry2x32(key_words[0], key_words[1], jnp.uint32(0), jnp.uint32(1))[0]), tiny)
     return jnp.where(alpha < 1, value * u_boost ** (1.0 / alpha), value)
+
+
+# the names the sampler imports
+_uniform = uniform
+_gamma = gamma
 
 
 def _unit_float(words):
