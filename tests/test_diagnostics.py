@@ -9,6 +9,10 @@ from scipy import linalg, signal, special, stats
 
 from bartz import diagnostics
 from bartz.diagnostics import ess, ess_bulk, ess_tail, geweke, rhat, summary
+from bartz.diagnostics.chains import BATCH_SIZE, as_chains, split_chains
+from bartz.diagnostics.mixing import rhat_bulk_tail
+from bartz.diagnostics.ranks import sorted_twice_ranks, z_scale
+from bartz.diagnostics.spectral import spectrum0_ar
 
 SEEDS = [0, 1, 2, 3, 4]
 
@@ -135,18 +139,20 @@ def test_ess_vectorised_equals_elementwise():
             np.testing.assert_allclose(vectorised[j], func(x[..., j]), rtol=1e-12)
 
 
-def test_batched_over_elements(monkeypatch):
-    """Many elements are processed in slices; same result as all at once."""
+def test_batched_over_elements():
+    """More elements than one slice of `BATCH_SIZE` draws: processed in
+    three slices (the last one shorter), and each element, at the edges of
+    the slices too, gets what it gets alone."""
     rng = np.random.default_rng(6)
-    x = ar1_chains(rng, 0.5, (2, 100, 37))
-    funcs = (rhat, ess, ess_bulk, ess_tail, summary)
-    expected = [func(x) for func in funcs]
-    monkeypatch.setattr(diagnostics, '_BATCH_SIZE', 2 * 100 * 5)  # 8 slices
-    for func, value in zip(funcs, expected, strict=True):
-        if func is summary:
-            pd.testing.assert_frame_equal(func(x), value, rtol=1e-12)
-        else:
-            np.testing.assert_allclose(func(x), value, rtol=1e-12)
+    num_chains, num_draws = 4, 32
+    per_slice = BATCH_SIZE // (num_chains * num_draws)
+    x = ar1_chains(rng, 0.5, (num_chains, num_draws, 2 * per_slice + 37))
+    edges = [0, 1, per_slice - 1, per_slice, per_slice + 1, 2 * per_slice - 1, 2 * per_slice, x.shape[2] - 1]
+    for func in (rhat, ess, ess_bulk, ess_tail):
+        np.testing.assert_array_equal(func(x)[edges], func(x[..., edges]))
+    table = summary(x)
+    assert len(table) == x.shape[2]
+    np.testing.assert_array_equal(table.iloc[edges].to_numpy(), summary(x[..., edges]).to_numpy())
 
 
 @pytest.mark.parametrize('seed', SEEDS)
@@ -157,7 +163,7 @@ def test_ranks_match_scipy(seed):
         rng.integers(0, 4, (7, 50)).astype(float),  # many ties
         np.ones((2, 9)),
     ):
-        order, ordered, twice = diagnostics._sorted_twice_ranks(a)
+        order, ordered, twice = sorted_twice_ranks(a)
         np.testing.assert_array_equal(ordered, np.take_along_axis(a, order, axis=1))
         np.testing.assert_array_equal(ordered, np.sort(a, axis=1))
         np.testing.assert_array_equal(twice / 2, np.take_along_axis(stats.rankdata(a, axis=1), order, axis=1))
@@ -165,7 +171,7 @@ def test_ranks_match_scipy(seed):
 
 @pytest.mark.parametrize('seed', SEEDS)
 def test_z_scale_table_is_ndtri_per_draw(seed):
-    """`_z_scale` takes Phi^-1 from a table of the possible (half-integer)
+    """`z_scale` takes Phi^-1 from a table of the possible (half-integer)
     ranks: the same numbers as Phi^-1 of each draw's rank, with and
     without ties; its median is `np.median`'s, for even and odd sizes."""
     rng = np.random.default_rng(seed)
@@ -177,9 +183,9 @@ def test_z_scale_table_is_ndtri_per_draw(seed):
         size = x.shape[1] * x.shape[2]
         ranks = stats.rankdata(x.reshape(len(x), size), axis=1)
         expected = special.ndtri((ranks - 0.375) / (size + 0.25)).reshape(x.shape)
-        z, median = diagnostics._z_scale(x, with_median=True)
+        z, median = z_scale(x, with_median=True)
         np.testing.assert_array_equal(z, expected)
-        np.testing.assert_array_equal(diagnostics._z_scale(x), expected)
+        np.testing.assert_array_equal(z_scale(x), expected)
         np.testing.assert_array_equal(median, np.median(x, axis=(1, 2)))
 
 
@@ -246,7 +252,7 @@ def test_geweke_matches_coda_frozen_values():
         geweke(x, frac1=0.2, frac2=0.4), [0.60656435599193714, 1.26027479475848], rtol=1e-10
     )
     np.testing.assert_allclose(
-        diagnostics._spectrum0_ar(x), [0.51217237199673926, 1.4177088771286199], rtol=1e-10
+        spectrum0_ar(x), [0.51217237199673926, 1.4177088771286199], rtol=1e-10
     )
 
 
@@ -324,8 +330,8 @@ def test_rhat_tail_flags_different_scales(seed):
     # calibration on 5000 replicates: bulk R-hat max 1.0055, tail min 1.17
     x = rng.standard_normal((4, 1000, 5))
     x[3] *= 4.0
-    split = diagnostics._split_chains(diagnostics._as_chains(x, 0, 1)[0])
-    bulk, tail = diagnostics._rhat_bulk_tail(split, diagnostics._z_scale(split))
+    split = split_chains(as_chains(x, 0, 1)[0])
+    bulk, tail = rhat_bulk_tail(split, z_scale(split))
     # same location: the bulk R-hat does not see it, the tail R-hat does
     assert np.all(bulk < 1.02)
     assert np.all(tail > 1.1)
@@ -366,7 +372,7 @@ def test_spectrum0_ar_levinson_matches_yule_walker():
     p = int(np.argmin(aic))
     coef, innov = fits[p]
     expected = innov * n / (n - p - 1) / (1 - coef.sum()) ** 2
-    np.testing.assert_allclose(diagnostics._spectrum0_ar(y), [expected], rtol=1e-10)
+    np.testing.assert_allclose(spectrum0_ar(y), [expected], rtol=1e-10)
 
 
 @pytest.mark.parametrize('seed', SEEDS)
@@ -375,7 +381,7 @@ def test_spectrum0_ar_of_ar1(seed):
     rng = np.random.default_rng(seed)
     phi = 0.5
     y = ar1_chains(rng, phi, (1, 5000, 50))[0]
-    spec = diagnostics._spectrum0_ar(y) * (1 - phi) ** 2
+    spec = spectrum0_ar(y) * (1 - phi) ** 2
     # calibration on 10000 columns: mean 0.9995, sd 0.070, range 0.65-1.71;
     # the upper tail is heavy because AIC now and then picks a long AR model
     assert np.all((spec > 0.5) & (spec < 2.2))
@@ -509,20 +515,26 @@ def test_errors_name_the_argument(func):
         func(good[:0])
     bad = good.copy()
     bad[1, 3] = np.nan
-    with pytest.raises(ValueError, match='draws contains 1 NaN'):
+    with pytest.raises(ValueError, match=r'draws must be finite \(no NaN or inf\); found nan at index \(1, 3\)'):
         func(bad)
     bad[1, 3] = np.inf
-    with pytest.raises(ValueError, match='draws contains'):
+    with pytest.raises(ValueError, match='draws must be finite .*found inf'):
         func(bad)
-    with pytest.raises(ValueError, match='draws must be a numeric'):
+    with pytest.raises(ValueError, match='draws must have no missing values; found a masked entry at index'):
+        func(np.ma.masked_array(good, mask=good > 1))
+    with pytest.raises(ValueError, match='draws must be a numeric array, got a ragged list'):
+        func([[0.0] * 10, [0.0] * 9])
+    with pytest.raises(TypeError, match='draws must be numeric, got an array of dtype <U1'):
         func(np.full((2, 10), 'a'))
-    with pytest.raises(ValueError, match='draws must be real'):
+    with pytest.raises(TypeError, match='draws must be real'):
         func(good + 1j)
     with pytest.raises(ValueError, match='chain_axis and draw_axis'):
         func(good, chain_axis=1, draw_axis=-1)
-    with pytest.raises(ValueError, match='draw_axis=2 is out of bounds'):
+    with pytest.raises(ValueError, match='draw_axis must be an axis of draws, from -2 to 1, got 2'):
         func(good, draw_axis=2)
-    with pytest.raises(ValueError, match='chain_axis must be an integer'):
+    with pytest.raises(ValueError, match='draw_axis must be an axis of draws, from -1 to 0, got 1'):
+        func(good[0], chain_axis=None)
+    with pytest.raises(TypeError, match='chain_axis must be an integer, got 0.5'):
         func(good, chain_axis=0.5)
 
 
@@ -530,17 +542,19 @@ def test_summary_errors():
     good = np.random.default_rng(16).standard_normal((2, 10, 3))
     with pytest.raises(ValueError, match='names must have one label'):
         summary(good, names=['a', 'b'])
-    with pytest.raises(ValueError, match='quantiles must be in'):
+    with pytest.raises(ValueError, match=r'quantiles must be in \[0, 1\], got \(0.5, 1.5\)'):
         summary(good, quantiles=(0.5, 1.5))
+    with pytest.raises(TypeError, match='quantiles must be numeric'):
+        summary(good, quantiles=('median',))
 
 
 def test_geweke_errors():
     good = np.random.default_rng(17).standard_normal(100)
-    with pytest.raises(ValueError, match='frac1 must be in'):
+    with pytest.raises(ValueError, match='frac1 must be > 0 and < 1, got 0.0'):
         geweke(good, frac1=0)
-    with pytest.raises(ValueError, match='frac2 must be in'):
+    with pytest.raises(ValueError, match='frac2 must be > 0 and < 1, got 1.2'):
         geweke(good, frac2=1.2)
-    with pytest.raises(ValueError, match='frac1 must be a number'):
+    with pytest.raises(TypeError, match="frac1 must be a real number, got '0.1'"):
         geweke(good, frac1='0.1')
     with pytest.raises(ValueError, match='frac1 \\+ frac2'):
         geweke(good, frac1=0.6, frac2=0.5)
@@ -548,7 +562,7 @@ def test_geweke_errors():
         geweke(good[:3])
     with pytest.raises(ValueError, match='x must have at least 1 dimension'):
         geweke(1.0)
-    with pytest.raises(ValueError, match='x contains'):
+    with pytest.raises(ValueError, match='x must be finite .*found nan at index 5'):
         geweke(np.where(np.arange(100) == 5, np.nan, good))
 
 
@@ -614,7 +628,7 @@ def test_check_points_fixed_and_bounded():
 
 def test_convergence_message_names_statistic_value_threshold():
     problems = [('R-hat of sigma', 1.234, '>', 1.05), ('ESS of sigma', 12.3, '<', 100)]
-    msg = diagnostics._convergence_message(problems)  # noqa: SLF001
+    msg = diagnostics.convergence_message(problems)
     assert 'R-hat of sigma is 1.234' in msg
     assert 'ESS of sigma is 12' in msg
     assert 'R-hat of sigma > 1.05' in msg and 'ESS of sigma < 100' in msg

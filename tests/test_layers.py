@@ -8,8 +8,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / 'bartz'
 
-# bottom to top; `diagnostics` is numpy and scipy only, `plot` and `demo` sit on the user layer
-LAYERS = ('_warn', '_version', 'diagnostics', 'jaxext', '_compile', 'kernels', 'forest', 'sampler', 'run', 'prep', 'api', 'plot', 'demo')
+# bottom to top; `diagnostics` checks its arguments with `prep`, `plot` and `demo` sit on the user layer
+LAYERS = ('_warn', '_version', 'jaxext', '_compile', 'kernels', 'forest', 'sampler', 'run', 'prep', 'diagnostics', 'api', 'plot', 'demo')
 
 
 def _layer(module: str) -> int:

@@ -579,11 +579,11 @@ def test_import_bartz_does_not_import_scipy_stats_or_fft():
 
 
 def test_next_fast_len_is_scipys():
-    """`diagnostics._next_fast_len` is `scipy.fft.next_fast_len` for real
-    transforms (5-smooth lengths)."""
+    """`bartz.diagnostics.spectral.next_fast_len` is `scipy.fft.next_fast_len`
+    for real transforms (5-smooth lengths)."""
     from scipy import fft  # noqa: PLC0415
 
-    from bartz import diagnostics  # noqa: PLC0415
+    from bartz.diagnostics import spectral  # noqa: PLC0415
 
     sizes = [*range(1, 3000), 2**20 + 1, 3**12 + 7, 5**9 - 1, 10**7 + 19]
-    assert [diagnostics._next_fast_len(n) for n in sizes] == [fft.next_fast_len(n, real=True) for n in sizes]
+    assert [spectral.next_fast_len(n) for n in sizes] == [fft.next_fast_len(n, real=True) for n in sizes]

@@ -24,7 +24,7 @@ from bartz.sampler.moves import move_probs_array
 
 
 # ---------------------------------------------------------------- arrays
-# Helpers shared by the checks of the data (here, `bartz.encoding`).
+# Helpers shared by the checks of the data (here, `bartz.encoding`, `bartz.diagnostics`).
 
 
 def num_rows(x) -> int:
@@ -66,6 +66,58 @@ def numbers_from_object(arr: np.ndarray) -> np.ndarray:
         return np.array([np.nan if is_missing(v) else float(v) for v in flat], np.float64).reshape(arr.shape)
     except OverflowError:
         return arr  # an integer beyond float64: left for the caller's check, which names the column
+
+
+def as_finite_array(name, x) -> np.ndarray:
+    """``x``, array_like of any shape, as a float64 array with no NaN or inf.
+
+    Booleans read as 0 and 1, numbers stored as objects as in
+    `numbers_from_object`. Raises a `TypeError` naming ``name`` if ``x`` is
+    not numeric or is complex, a `ValueError` if it is ragged, has masked
+    entries or values that are not finite (naming the first).
+    """
+    if isinstance(x, np.ma.MaskedArray) and np.ma.getmaskarray(x).any():
+        first = tuple(int(i) for i in np.argwhere(np.ma.getmaskarray(x))[0])
+        msg = f'{name} must have no missing values; found a masked entry at index {first}'
+        raise ValueError(msg)
+    try:
+        arr = numbers_from_object(np.asarray(x))
+    except ValueError as exc:  # nested sequences of different lengths
+        msg = f'{name} must be a numeric array, got a ragged {type(x).__name__}'
+        raise ValueError(msg) from exc
+    if np.iscomplexobj(arr):
+        msg = f'{name} must be real, got complex values'
+        raise TypeError(msg)
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        msg = f'{name} must be numeric, got an array of dtype {arr.dtype}'
+        raise TypeError(msg)
+    arr = arr.astype(np.float64, copy=False)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        where = i if arr.ndim == 1 else tuple(int(k) for k in np.unravel_index(i, arr.shape))
+        msg = f'{name} must be finite (no NaN or inf); found {arr.reshape(-1)[i]} at index {where}'
+        raise ValueError(msg)
+    return arr
+
+
+def check_axis(name, axis, ndim, of='the array') -> int:
+    """``axis``, an integer from ``-ndim`` to ``ndim - 1``, as an index of the
+    axes of an array ``of`` with ``ndim`` dimensions, from 0; a `TypeError`
+    or `ValueError` naming ``name`` otherwise."""
+    if isinstance(axis, bool | np.bool_) or not isinstance(axis, numbers.Integral):
+        msg = f'{name} must be an integer, got {axis!r}'
+        raise TypeError(msg)
+    if not -ndim <= axis < ndim:
+        msg = f'{name} must be an axis of {of}, from {-ndim} to {ndim - 1}, got {axis}'
+        raise ValueError(msg)
+    return int(axis) % ndim
+
+
+def check_fraction(name, value) -> float:
+    """``value``, a real number strictly between 0 and 1, as a float; a
+    `TypeError` or `ValueError` naming ``name`` otherwise."""
+    return _check_real(name, value, low=0, high=1)
 
 
 # ---------------------------------------------------------------- arguments
