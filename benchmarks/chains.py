@@ -19,7 +19,7 @@ chains
     1, 2, 4, 8 chains (Friedman #1, n = ``--n``, p = 10, ``--ntree`` trees):
     all on one device with ``vmap``, and spread one chain per device over a
     ``('chains', 'data')`` mesh of shape (chains, 1). Each row: compile time
-    of a jitted `lax.fori_loop` of the step (`bartz.mcmcloop._make_step`,
+    of a jitted `lax.fori_loop` of the step (`bartz.run.steps.make_step`,
     keys ``fold_in(key, i)`` as `bartz.mcmcloop.run_mcmc`), then
     ``--warmup`` iterations (which also let the trees grow), then the best and
     median of ``--repeats`` timed repeats of K iterations, K chosen so that a
@@ -95,7 +95,7 @@ def state_bytes_per_device(state):
 
 def make_runner(num_chains, mesh):
     """Jitted: run `k` (dynamic) iterations of the (sharded) step from iteration `start`."""
-    step = mcmcloop._make_step(num_chains, mesh)  # noqa: SLF001
+    step = mcmcloop.make_step(num_chains, mesh)
 
     def run(key, state, start, k):
         return lax.fori_loop(start, start + k, lambda i, s: step(random.fold_in(key, i), s)[0], state)

@@ -54,7 +54,7 @@ cold
     wall time of the whole process, from its start to its exit (Python's
     start, imports, the fit, and what the process still does before it
     ends: ours waits there for a full program still compiling after a
-    quick first one, see `bartz.mcmcloop._quick_options`).
+    quick first one, see `bartz._compile.options.quick_options`).
 cold, x_test
     `cold` with ``x_test`` (1,000 more rows of the same distribution), R's
     usual call: the fit also predicts at them (a second compiled program).

@@ -67,7 +67,8 @@ from jax import numpy as jnp
 from scipy import stats
 
 import bartz
-from bartz import grove, mcmcloop, mcmcstep, prepcovars
+from bartz import grove, mcmcstep, prepcovars
+from bartz._compile import options as xla_options
 from peers import cpu_model  # benchmarks/ is the script directory, on sys.path
 
 SECTIONS = ('mcmc', 'gbart', 'predict')
@@ -208,7 +209,7 @@ def bench_mcmc(n, cfg, rng):
 
     t0 = time.perf_counter()
     # with the XLA options gbart's chunk uses at this n
-    options = dict(mcmcloop._compiler_options(state.resid.shape[0]))
+    options = dict(xla_options.chunk_options(state.resid.shape[0]))
     compiled = _run_k_jit.lower(key, state, i32(0), i32(1)).compile(compiler_options=options or None)
     compile_time = time.perf_counter() - t0
 

@@ -746,21 +746,19 @@ def test_draws_independent_of_printevery(fit, data, capsys):
 
 
 @pytest.fixture
-def runners_used(monkeypatch):
+def runners_used():
     """Record the jitted MCMC chunk runners `run_mcmc` asks for, with their
     number of compiled versions at that moment."""
     used = []
-    original = mcmcloop._chunk_runner
 
-    def recording(*args, **kwargs):
-        runner = original(*args, **kwargs)
-        # the jitted function behind the programs kept on disk (off in the tests)
+    def recording(runner):
+        # the jitted function behind the programs kept on disk
         jitted = getattr(runner, '__wrapped__', runner)
         used.append((jitted, jitted._cache_size()))
         return runner
 
-    monkeypatch.setattr(mcmcloop, '_chunk_runner', recording)
-    return used
+    with mcmcloop.wrap_chunk_runners(recording):
+        yield used
 
 
 def test_refit_same_shape_does_not_recompile(fit, runners_used):

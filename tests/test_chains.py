@@ -1,7 +1,7 @@
 """Tests for several chains on one CPU device: separate calls on threads.
 
 On one CPU device `bartz.mcmcloop.run_mcmc` runs the chains of a vmapped
-state as separate calls of a one-chain program (`mcmcloop._SplitChains`),
+state as separate calls of a one-chain program (`bartz.run.chains.SplitChains`),
 on up to as many threads as cores, instead of one vmapped program. The
 draws must be those of the vmapped program (same keys per chain, same
 arithmetic, up to float rounding) for every kind of model, and must not
@@ -19,6 +19,7 @@ import pytest
 from jax import random
 
 from bartz import gbart
+from bartz.run import chains
 from bartz.run import loop as mcmcloop
 from bartz.sampler import step as mcmcstep
 from tests.coupling import assert_same_fit
@@ -70,13 +71,13 @@ def _assert_same_draws(a, b, exact):
 
 def test_split_is_the_default_path(monkeypatch):
     used = []
-    original = mcmcloop._SplitChains
+    original = mcmcloop.SplitChains
 
     def spy(*args, **kwargs):
         used.append(args[2])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(mcmcloop, '_SplitChains', spy)
+    monkeypatch.setattr(mcmcloop, 'SplitChains', spy)
     fit = _fit('wbart', monkeypatch)
     assert used == [CHAINS]
     assert fit.chains == CHAINS
@@ -108,14 +109,14 @@ def test_keys_independent_of_chain_count():
     """The key of chain c is ``split(key, chains)[c]`` for every number of
     chains: with JAX's partitionable threefry that is ``fold_in(key, c)``,
     so one compiled runner serves any ``mc_cores``."""
-    assert mcmcloop._keys_by_fold_in()
+    assert chains.keys_by_fold_in()
     key = random.key(3)
     for num_chains in (2, 3, 8):
         keys = random.split(key, num_chains)
         for c in range(num_chains):
             want = random.key_data(keys[c])
-            np.testing.assert_array_equal(random.key_data(mcmcloop._chain_key(key, c, 0)), want)
-            np.testing.assert_array_equal(random.key_data(mcmcloop._chain_key(key, c, num_chains)), want)
+            np.testing.assert_array_equal(random.key_data(chains.chain_key(key, c, 0)), want)
+            np.testing.assert_array_equal(random.key_data(chains.chain_key(key, c, num_chains)), want)
 
 
 @pytest.mark.parametrize('chain_major', [False, True])

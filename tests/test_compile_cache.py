@@ -384,10 +384,10 @@ def programs_in(monkeypatch, tmp_path):
     monkeypatch.setattr(_programs, 'enabled', True)
     monkeypatch.setattr(settings, 'cache_dir', lambda: str(tmp_path))
     monkeypatch.setattr(settings, 'warned_dirs', set())
-    mcmcloop._chunk_runner.cache_clear()
+    mcmcloop.chunk_runner.cache_clear()
     _programs._LOADED.cache_clear()
     yield tmp_path / 'bartz-programs'
-    mcmcloop._chunk_runner.cache_clear()
+    mcmcloop.chunk_runner.cache_clear()
     _programs._LOADED.cache_clear()
 
 
@@ -715,33 +715,33 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
 def test_quick_options_policy(monkeypatch):
     """Quick first programs, when switched on, for short runs on CPU with a
     checked jaxlib."""
+    from bartz._compile import options as xla_options  # noqa: PLC0415
     from bartz._compile import programs as _programs  # noqa: PLC0415
-    from bartz.run import loop as mcmcloop
 
     monkeypatch.delenv('BARTZ_QUICK_COMPILE', raising=False)
-    assert mcmcloop._quick_options(1024, 300, 200, 1) is None  # off by default
+    assert xla_options.quick_options(1024, 300, 200, 1) is None  # off by default
     monkeypatch.setenv('BARTZ_QUICK_COMPILE', 'on')
     quick = {'xla_cpu_use_fusion_emitters': False}
-    assert mcmcloop._quick_options(1024, 300, 200, 1) == quick  # gbart(nskip=100, ndpost=200) at n = 1,000
-    assert mcmcloop._quick_options(1024, 1100, 200, 1) is None  # R's default length
-    assert mcmcloop._quick_options(1024, 300, 200, 4) is None  # 4 chains on one thread
-    assert mcmcloop._quick_options(16384, 300, 200, 1) is None
-    assert mcmcloop._quick_options(1024, 1100, 20, 1) == quick
+    assert xla_options.quick_options(1024, 300, 200, 1) == quick  # gbart(nskip=100, ndpost=200) at n = 1,000
+    assert xla_options.quick_options(1024, 1100, 200, 1) is None  # R's default length
+    assert xla_options.quick_options(1024, 300, 200, 4) is None  # 4 chains on one thread
+    assert xla_options.quick_options(16384, 300, 200, 1) is None
+    assert xla_options.quick_options(1024, 1100, 20, 1) == quick
     for value in ('0', 'false', 'OFF', ' no ', ''):
         monkeypatch.setenv('BARTZ_QUICK_COMPILE', value)
-        assert mcmcloop._quick_options(1024, 300, 200, 1) is None
+        assert xla_options.quick_options(1024, 300, 200, 1) is None
     # a value that is not understood: off, with a warning that names it
     monkeypatch.setenv('BARTZ_QUICK_COMPILE', 'maybe')
     with pytest.warns(UserWarning, match="BARTZ_QUICK_COMPILE='maybe' is not understood"):
-        assert mcmcloop._quick_options(1024, 300, 200, 1) is None
+        assert xla_options.quick_options(1024, 300, 200, 1) is None
     for value in ('1', 'TRUE', ' yes '):
         monkeypatch.setenv('BARTZ_QUICK_COMPILE', value)
-        assert mcmcloop._quick_options(1024, 300, 200, 1) == quick
+        assert xla_options.quick_options(1024, 300, 200, 1) == quick
     monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', ())
-    assert mcmcloop._quick_options(1024, 300, 200, 1) is None
+    assert xla_options.quick_options(1024, 300, 200, 1) is None
     monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', (jaxlib.__version__,))
     monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
-    assert mcmcloop._quick_options(1024, 300, 200, 1) is None
+    assert xla_options.quick_options(1024, 300, 200, 1) is None
 
 
 def test_quick_option_unknown_to_xla_compiles_as_usual(programs_in):

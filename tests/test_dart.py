@@ -441,15 +441,12 @@ def test_run_mcmc_switches_dart_on_at_dart_start(one_chain):
 
 
 @pytest.fixture
-def iterations(monkeypatch):
+def iterations():
     """Record the state after each call of `run_mcmc`'s compiled chunk (one
     iteration each with ``chunk_size=1``)."""
     record = []
-    original = mcmcloop._chunk_runner
 
-    def spy(*args, **kwargs):
-        runner = original(*args, **kwargs)
-
+    def spy(runner):
         def wrapped(key, state, start, *rest):
             out = runner(key, state, start, *rest)
             new_state = out[0]  # read now: the next call donates it
@@ -464,8 +461,8 @@ def iterations(monkeypatch):
 
         return wrapped
 
-    monkeypatch.setattr(mcmcloop, '_chunk_runner', spy)
-    return record
+    with mcmcloop.wrap_chunk_runners(spy):
+        yield record
 
 
 def test_run_mcmc_dart_starts_halfway_through_burn_in(one_chain, iterations):

@@ -170,7 +170,7 @@ def test_interrupt_after_the_last_iteration(monkeypatch, capsys, data, reference
     """A Ctrl-C while `run_mcmc` puts the draws of its chunks together
     returns them all."""
     x, y, x_test = data
-    original = mcmcloop._collect  # noqa: SLF001
+    original = mcmcloop.collect_draws
     calls = []
 
     def interrupt_first(*args):
@@ -179,7 +179,7 @@ def test_interrupt_after_the_last_iteration(monkeypatch, capsys, data, reference
             raise KeyboardInterrupt
         return original(*args)
 
-    monkeypatch.setattr(mcmcloop, '_collect', interrupt_first)
+    monkeypatch.setattr(mcmcloop, 'collect_draws', interrupt_first)
     fit = fit_keeping(x, y, x_test=x_test, **SMALL)
     assert_same_draws(fit, reference, ['yhat_train', 'yhat_test', 'sigma', 'varcount'])
     assert fit.run_info.interrupted
@@ -215,7 +215,7 @@ def test_two_chains_interrupted_twice_count_all_draws(monkeypatch, capsys, data)
         if figures['iteration'] >= SMALL['nskip'] + 10:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(mcmcloop._Progress, 'update', update)  # noqa: SLF001
+    monkeypatch.setattr(mcmcloop.Progress, 'update', update)
     monkeypatch.setattr(BARTFit, '_evaluate', raise_interrupt)
     fit = fit_keeping(x, y, x_test=x_test, **{**SMALL, 'mc_cores': 2, 'printevery': 10})
     monkeypatch.undo()
@@ -235,7 +235,7 @@ def test_nothing_to_return(monkeypatch, capsys, data):
     """A Ctrl-C before the first kept draw: the message says how far the
     run got, and the KeyboardInterrupt propagates."""
     x, y, _ = data
-    monkeypatch.setattr(mcmcloop._Progress, 'update', lambda self, figures: raise_interrupt())  # noqa: SLF001
+    monkeypatch.setattr(mcmcloop.Progress, 'update', lambda self, figures: raise_interrupt())
     with pytest.raises(KeyboardInterrupt):
         gbart(x, y, **{**SMALL, 'printevery': 10})
     total = SMALL['nskip'] + SMALL['ndpost']

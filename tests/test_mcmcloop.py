@@ -1,8 +1,8 @@
 """What `bartz.mcmcloop.run_mcmc` does on the host around the compiled chunk:
-the draws travel packed by item size (`mcmcloop._Packing`), the splits per
-predictor are counted from the saved trees (`mcmcloop._var_count`) and the
-progress's leaves per tree follow from the accepted moves
-(`mcmcloop._internal_nodes`)."""
+the draws travel packed by item size (`bartz.run.traces.Packing`), the
+splits per predictor are counted from the saved trees
+(`bartz.run.traces.var_count`) and the progress's leaves per tree follow
+from the accepted moves."""
 
 import jax
 import numpy as np
@@ -12,6 +12,7 @@ from jax import random
 
 from bartz.forest import grove
 from bartz.run import loop as mcmcloop
+from bartz.run import traces
 from bartz.sampler import step as mcmcstep
 from tests.test_mcmcstep import data_state
 
@@ -32,17 +33,17 @@ def _random_trace(rng, lead):
 
 @pytest.mark.parametrize('lead', [(), (2,)])
 def test_packed_draws_come_back_bit_for_bit(lead):
-    """Packed in the program (`_pack`, one row per item size: here 1, 2 and
-    4 bytes) and unpacked on the host (`_unpack`), every field of a saved
+    """Packed in the program (`pack_draw`, one row per item size: here 1, 2 and
+    4 bytes) and unpacked on the host (`unpack_draws`), every field of a saved
     draw comes back with its shape, type and bits, with and without a
     chain axis."""
     rng = np.random.default_rng(0)
     draws = [_random_trace(rng, lead) for _ in range(3)]
-    packing = mcmcloop._packing(jax.eval_shape(lambda: draws[0]))
+    packing = traces.draw_packing(jax.eval_shape(lambda: draws[0]))
     assert [dtype for dtype, _ in packing.rows] == [np.uint8, np.uint16, np.uint32]
-    rows = [jax.jit(lambda d: mcmcloop._pack(packing, d))(d) for d in draws]
+    rows = [jax.jit(lambda d: traces.pack_draw(packing, d))(d) for d in draws]
     buffer = tuple(np.stack([np.asarray(r[i]) for r in rows]) for i in range(len(packing.rows)))
-    back = mcmcloop._unpack(packing, buffer)
+    back = traces.unpack_draws(packing, buffer)
     assert back.fit_train is None
     for name in mcmcloop.Trace._fields:
         want = [getattr(d, name) for d in draws]
@@ -55,7 +56,7 @@ def test_packed_draws_come_back_bit_for_bit(lead):
 
 
 def test_var_count_on_host_is_the_scatter():
-    """`_var_count`, on the host from saved trees ``(draws, chains, m,
+    """`var_count`, on the host from saved trees ``(draws, chains, m,
     H/2)``, counts the splits on each predictor as
     `bartz.grove.var_count_scatter` does in the program: leaves (split 0)
     are not counted, whatever their variable."""
@@ -63,12 +64,12 @@ def test_var_count_on_host_is_the_scatter():
     num_vars = 6
     var_tree = rng.integers(0, num_vars, size=(4, 3, 7, 16), dtype=np.uint8)
     split_tree = (rng.integers(0, 5, size=var_tree.shape) * (rng.uniform(size=var_tree.shape) < 0.4)).astype(np.uint8)
-    got = mcmcloop._var_count(var_tree, split_tree, num_vars)
+    got = traces.var_count(var_tree, split_tree, num_vars)
     assert got.shape == (4, 3, num_vars) and got.dtype == np.int32
     count = jax.jit(jax.vmap(jax.vmap(lambda v, s: grove.var_count_scatter(v, s, num_vars))))
     np.testing.assert_array_equal(got, count(var_tree, split_tree))
     # no draws: an empty count of the right shape
-    assert mcmcloop._var_count(var_tree[:0], split_tree[:0], num_vars).shape == (0, 3, num_vars)
+    assert traces.var_count(var_tree[:0], split_tree[:0], num_vars).shape == (0, 3, num_vars)
 
 
 @pytest.mark.parametrize('num_chains', [None, 3])

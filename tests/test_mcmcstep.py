@@ -30,6 +30,7 @@ from jax import lax, random
 from jax import numpy as jnp
 from scipy import stats
 
+from bartz._compile import options as xla_options
 from bartz.forest import grove
 from bartz import kernels
 from bartz.run import loop as mcmcloop
@@ -963,18 +964,18 @@ def test_pairs_of_trees_couple_with_the_tree_loop(shared):
 
 def test_chunk_compiler_options_do_not_change_the_chain():
     """The XLA options `gbart`'s chunk gets on CPU at small n
-    (`mcmcloop._compiler_options`) change how the kernels run, not what
+    (`bartz._compile.options.chunk_options`) change how the kernels run, not what
     they compute: without parallel task assignment and without hoisting
     loop invariants, the same chain bit for bit; LLVM's level 1 against
     the default level 3, and reductions in one kernel instead of two,
     the same trees and the same values up to float rounding."""
-    options = dict(mcmcloop._compiler_options(DATA_N))
+    options = dict(xla_options.chunk_options(DATA_N))
     one_reduce = {'xla_backend_optimization_level': 1, 'xla_disable_hlo_passes': 'tree_reduction_rewriter'}
     passes = 'while-loop-invariant-code-motion,tree_reduction_rewriter'
     assert options == {**one_reduce, 'xla_disable_hlo_passes': f'{passes},cpu-parallel-task-assigner'}
     larger = {**one_reduce, 'xla_disable_hlo_passes': passes}
-    assert dict(mcmcloop._compiler_options(mcmcloop._ONE_TASK_MAX_POINTS)) == larger
-    assert mcmcloop._compiler_options(mcmcloop._LOW_OPT_MAX_POINTS) == ()
+    assert dict(xla_options.chunk_options(xla_options.ONE_TASK_MAX_POINTS)) == larger
+    assert xla_options.chunk_options(xla_options.LOW_OPT_MAX_POINTS) == ()
     args = (random.key(7), data_state(7))
 
     def run(compiler_options):
@@ -988,7 +989,7 @@ def test_chunk_compiler_options_do_not_change_the_chain():
     assert_same_chain(run(None), tuned)
 
 
-def test_run_mcmc_dispatches_the_next_call_before_reading(monkeypatch):
+def test_run_mcmc_dispatches_the_next_call_before_reading():
     """`run_mcmc` dispatches each call of its chunk before it reads the
     outputs of the call before (the device does not wait for the host
     between calls): when the progress of a call reaches the host, the next
@@ -996,22 +997,18 @@ def test_run_mcmc_dispatches_the_next_call_before_reading(monkeypatch):
     progress figures are those of calls run one by one; Ctrl-C (here
     raised by the callback) returns the draws read so far."""
     calls = []
-    original = mcmcloop._chunk_runner
 
-    def spy(*args, **kwargs):
-        runner = original(*args, **kwargs)
-
+    def spy(runner):
         def wrapped(key, state, start, *rest, **kw):
             calls.append(int(start))
             return runner(key, state, start, *rest, **kw)
 
         return wrapped
 
-    monkeypatch.setattr(mcmcloop, '_chunk_runner', spy)
     state = data_state(3)
     settings = {'n_burn': 7, 'n_save': 9, 'chunk_size': 5, 'printevery': None}
 
-    def run(stop_at=None):
+    def run(stop_at=None, calls_ahead=1):
         calls.clear()
         seen = []
 
@@ -1021,20 +1018,21 @@ def test_run_mcmc_dispatches_the_next_call_before_reading(monkeypatch):
                 raise KeyboardInterrupt
 
         copy = jax.tree.map(jnp.copy, state)  # run_mcmc donates its state
-        out, trace, info = mcmcloop.run_mcmc(random.key(3), copy, callback=callback, **settings)
+        with mcmcloop.wrap_chunk_runners(spy):
+            out, trace, info = mcmcloop.run_mcmc(
+                random.key(3), copy, callback=callback, calls_ahead=calls_ahead, **settings
+            )
         return jax.device_get(out), trace, info, seen
 
     queued, trace, info, seen = run()
     assert [s[0] for s in seen] == [5, 10, 15, 16]
     assert [s[1] for s in seen] == [5, 10, 15, 15]  # the last call started at 15
-    monkeypatch.setattr(mcmcloop, '_CALLS_AHEAD', 0)
-    one_by_one, trace_1, info_1, seen_1 = run()
+    one_by_one, trace_1, info_1, seen_1 = run(calls_ahead=0)
     assert [s[1] for s in seen_1] == [0, 5, 10, 15]
     assert [s[2:] for s in seen] == [s[2:] for s in seen_1]
     outputs = [jax.tree.leaves((s, t, i.burn_sigma2)) for s, t, i in ((queued, trace, info), (one_by_one, trace_1, info_1))]
     for a, b in zip(*outputs, strict=True):
         np.testing.assert_array_equal(a, b)
-    monkeypatch.setattr(mcmcloop, '_CALLS_AHEAD', 1)
     _, stopped, info, seen = run(stop_at=10)
     assert info.interrupted
     assert [s[0] for s in seen] == [5, 10]

@@ -5,7 +5,7 @@ tree), and with weights the per-leaf precision sums by partial sums, in
 float32: each update rounds, so over a long run the carried values drift
 from those the trees imply like a random walk of ``iterations * trees``
 roundings. `run_mcmc` recomputes them from the trees every
-`bartz.mcmcloop.REFRESH_EVERY` iterations. These tests compare the carried
+`bartz.mcmcloop.REFRESH_EVERY` iterations (its ``refresh_every``). These tests compare the carried
 values after 20,000 sweeps with an exact float64 recomputation from the
 trees, with and without the refresh.
 """
@@ -17,12 +17,13 @@ from jax import random
 
 from bartz.forest import grove
 from bartz.run import loop as mcmcloop
+from bartz.run import steps
 from bartz.sampler import step as mcmcstep
 
 U = 2.0**-24  # float32 unit roundoff
 DRIFT_ITERS = 20_037  # 37 iterations after the last refresh
 DRIFT_TREES = 5
-REFRESH_EVERY = mcmcloop.REFRESH_EVERY  # the default (tests patch the module's)
+REFRESH_EVERY = mcmcloop.REFRESH_EVERY  # the default
 
 
 def small_state(weighted, *, seed=0, n=64, binary=False, valid=None):
@@ -73,15 +74,16 @@ def exact_caches(state):
     return idx, resid, counts, prec, fx
 
 
-def run_long(weighted, refresh_every, monkeypatch):
-    monkeypatch.setattr(mcmcloop, 'REFRESH_EVERY', refresh_every)
-    mcmcloop._chunk_runner.cache_clear()  # the period is read when the chunk is traced
-    try:
-        state, _, info = mcmcloop.run_mcmc(
-            random.key(1), small_state(weighted), n_burn=DRIFT_ITERS, n_save=0, save_train=False, printevery=None
-        )
-    finally:
-        mcmcloop._chunk_runner.cache_clear()
+def run_long(weighted, refresh_every):
+    state, _, info = mcmcloop.run_mcmc(
+        random.key(1),
+        small_state(weighted),
+        n_burn=DRIFT_ITERS,
+        n_save=0,
+        save_train=False,
+        printevery=None,
+        refresh_every=refresh_every,
+    )
     assert info.grow_accepted > 1000  # the trees kept changing
     return jax.device_get(state)
 
@@ -90,10 +92,9 @@ def run_long(weighted, refresh_every, monkeypatch):
 def long_runs():
     """Final states of 20,037 sweeps, with and without the refresh, per weighting."""
     runs = {}
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        for weighted in (False, True):
-            for every in (REFRESH_EVERY, 10**9):
-                runs[weighted, every] = run_long(weighted, every, monkeypatch)
+    for weighted in (False, True):
+        for every in (REFRESH_EVERY, 10**9):
+            runs[weighted, every] = run_long(weighted, every)
     return runs
 
 
@@ -252,8 +253,8 @@ def test_refresh_on_a_mesh(weighted, keys):
         state,
         is_leaf=lambda s: isinstance(s, PartitionSpec),
     )
-    sharded = jax.jit(mcmcloop._make_refresh(num_chains, mesh))(on_mesh)
-    plain = jax.jit(mcmcloop._make_refresh(num_chains, None))(state)
+    sharded = jax.jit(steps.make_refresh(num_chains, mesh))(on_mesh)
+    plain = jax.jit(steps.make_refresh(num_chains))(state)
     np.testing.assert_allclose(sharded.resid, plain.resid, rtol=0, atol=1e-6)
     assert np.all(np.asarray(sharded.resid)[:, ~valid] == 0)
     if weighted:

@@ -26,7 +26,7 @@ from bartz.forest import grove
 from bartz.run import loop as mcmcloop
 from bartz.sampler import step as mcmcstep
 from bartz.prep import cutpoints as prepcovars
-from bartz.run import sharding
+from bartz.run import sharding, steps
 from tests.coupling import assert_coupled, assert_same_fit
 
 P = PartitionSpec
@@ -494,7 +494,7 @@ def _compiled_step_memory(type_, num_data_devices):
     state, specs, mesh = _mem_state(type_, num_data_devices)
     # (keep_unused: the sweep may not read every field, e.g. the carried
     # leaf counts at small n; the test is about how the state is sharded)
-    step = jax.jit(mcmcloop._make_step(1, mesh), keep_unused=True)
+    step = jax.jit(steps.make_step(1, mesh), keep_unused=True)
     analysis = step.lower(random.key(0), state).compile().memory_analysis()
     return analysis, _bytes(state, specs)
 
@@ -532,7 +532,7 @@ def _vmapped_step_temp(num_chains):
         sigma2_beta=0.1,
     )
     state = mcmcstep.init_chains(state, num_chains)
-    step = jax.jit(mcmcloop._make_step(num_chains, None))
+    step = jax.jit(steps.make_step(num_chains))
     return step.lower(random.key(0), state).compile().memory_analysis().temp_size_in_bytes
 
 

@@ -1,5 +1,5 @@
 """Several chains on one CPU device as separate calls of the one-chain
-program on a thread pool (`_SplitChains`), and the chains' random keys."""
+program on a thread pool (`SplitChains`), and the chains' random keys."""
 
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -9,28 +9,48 @@ import numpy as np
 from jax import random
 
 from bartz.run import sharding
-from bartz.run.traces import _ChunkOut, _draws_packing, _unpack
+from bartz.run.traces import _ChunkOut, _chunk_packing, unpack_draws
 from bartz.sampler import step as mcmcstep
 
 
-def _chain_key(key, chain, num_chains: int):
-    """``random.split(key, num_chains)[chain]``, the key of chain `chain` in
-    the vmapped step. With JAX's default partitionable threefry that is
-    ``fold_in(key, chain)`` (`_keys_by_fold_in`), marked by `num_chains` 0:
-    then one compiled runner serves any number of chains."""
+def chain_key(key, chain, num_chains: int):
+    """The key of chain `chain` in the vmapped step.
+
+    Parameters
+    ----------
+    key
+        The key of the iteration.
+    chain
+        The chain's index (traced).
+    num_chains
+        The number of chains; 0 where ``random.split(key, c)[chain]`` is
+        ``fold_in(key, chain)`` for every ``c`` (`keys_by_fold_in`: JAX's
+        default partitionable threefry), so that one compiled runner
+        serves any number of chains.
+
+    Returns
+    -------
+    ``random.split(key, num_chains)[chain]``.
+    """
     if num_chains == 0:
         return mcmcstep.fold_in(key, chain)
     return random.split(key, num_chains)[chain]
 
 
-def _keys_by_fold_in() -> bool:
-    """Whether ``random.split(key, c)[i]`` is ``fold_in(key, i)`` for every ``c``."""
+def keys_by_fold_in() -> bool:
+    """Whether ``random.split(key, c)[i]`` is ``fold_in(key, i)`` for every ``c``.
+
+    Returns
+    -------
+    True with JAX's partitionable threefry (``jax_threefry_partitionable``
+    and the ``threefry2x32`` implementation).
+    """
     return jax.config.jax_threefry_partitionable and jax.config.jax_default_prng_impl == 'threefry2x32'
 
 
 def chain_workers(num_chains: int | None, mesh=None) -> int:
     """Threads for running `num_chains` vmapped chains as separate one-chain
-    calls (`_SplitChains`); 0 to run them vmapped.
+    calls (`SplitChains`); 0 to run them vmapped.
 
     On CPU, separate calls are faster even one after the other (the vmapped
     sweep does the per-chain scatters and gathers with batch indices), and
@@ -58,11 +78,29 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-class _SplitChains:
+class SplitChains:
     """The chains of a vmapped state, each run by its own calls of a one-chain
-    runner (`_chunk_runner` with ``split_chains``), on up to `workers`
-    threads; a call returns what the vmapped runner would, except that the
-    saved draws have the chain axis first."""
+    runner (`bartz.run.loop.chunk_runner` with ``split_chains``), on up to
+    `workers` threads; a call returns what the vmapped runner would, except
+    that the saved draws have the chain axis first.
+
+    Parameters
+    ----------
+    runner
+        The one-chain runner, ``runner(key, own, shared, start, iters,
+        n_burn, n_skip, dart_start, chain, quick=...) -> (own, outputs)``.
+    state
+        The vmapped state (its chains' fields are taken apart, on the host).
+    num_chains
+        The number of chains.
+    workers
+        The number of threads (1: no pool, chain after chain).
+    save_train
+        Whether the draws include the training fits.
+    quick
+        Compiler options of a quick first program (see
+        `bartz._compile.options.quick_options`), or None.
+    """
 
     def __init__(self, runner, state: mcmcstep.State, num_chains: int, workers: int, save_train: bool, quick: dict | None = None):
         self.runner = runner
@@ -70,14 +108,14 @@ class _SplitChains:
         self.shared = mcmcstep.shared_fields(state)
         self.device = next(iter(state.X.devices()))
         self.own = mcmcstep.unstack_chains(state, num_chains, self.device)
-        self.packing = _draws_packing(mcmcstep.merge_fields(self.own[0], self.shared), save_train)
+        self.packing = _chunk_packing(mcmcstep.merge_fields(self.own[0], self.shared), save_train)
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix='bartz-chain') if workers > 1 else None
 
     def __call__(self, key, *args):
         def one(c):
             own, out = self.runner(key, self.own[c], self.shared, *args, np.int32(c), quick=self.quick)
             out = jax.tree.map(sharding.to_host, out)
-            return own, out._replace(draws=_unpack(self.packing, out.draws))
+            return own, out._replace(draws=unpack_draws(self.packing, out.draws))
 
         chains = range(len(self.own))
         results = list(self.pool.map(one, chains) if self.pool is not None else map(one, chains))

@@ -8,15 +8,15 @@ so the sweep is compiled once. The random key of iteration ``i`` is
 ``fold_in(key, i)``, so the draws do not depend on the chunking.
 
 Several chains on one CPU device run as separate calls of the one-chain
-program on a thread pool (`_SplitChains`): one vmapped program is slower
+program on a thread pool (`SplitChains`): one vmapped program is slower
 there, and would leave all but one core mostly idle.
 
-Every `REFRESH_EVERY` iterations (at fixed global iterations, again
-independent of the chunking) the residuals and weighted per-leaf precision
-sums that the sweep updates incrementally are recomputed exactly from the
-trees (`bartz.mcmcstep.refresh`): float32 rounding errors then never
-accumulate over more than `REFRESH_EVERY` sweeps, however long the run.
-Its cost is one gather per tree every `REFRESH_EVERY` sweeps.
+Every `REFRESH_EVERY` iterations (`run_mcmc`'s ``refresh_every``; at fixed
+global iterations, again independent of the chunking) the residuals and
+weighted per-leaf precision sums that the sweep updates incrementally are
+recomputed exactly from the trees (`bartz.mcmcstep.refresh`): float32
+rounding errors then never accumulate over more than that many sweeps,
+however long the run. Its cost is one gather per tree per period.
 """
 
 import functools
@@ -26,382 +26,48 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
-from jax import lax, random
-from jax import numpy as jnp
 
-from bartz._compile import programs as _programs
+from bartz._compile import options as _options
 from bartz.run import sharding
 from bartz.run.chains import (  # noqa: F401 (re-exported: bartz.mcmcloop.<name>)
-    _chain_key,
-    _keys_by_fold_in,
-    _SplitChains,
+    SplitChains,
     _threads_state,
-    _usable_cores,
     chain_workers,
+    keys_by_fold_in,
 )
-from bartz.run.progress import _fmt_time, _Progress, _supports_carriage_return  # noqa: F401 (re-exported)
+from bartz.run.chunk import (  # noqa: F401 (re-exported: bartz.mcmcloop.<name>)
+    REFRESH_EVERY,
+    _wrapped,
+    chunk_runner,
+    chunk_shape,
+    wrap_chunk_runners,
+)
+from bartz.run.progress import Progress
+from bartz.run.steps import make_refresh, make_step, state_specs  # noqa: F401 (re-exported)
 from bartz.run.traces import (  # noqa: F401 (re-exported: bartz.mcmcloop.<name>)
     RunInfo,
     Trace,
+    _chunk_packing,
     _ChunkOut,
-    _collect,
-    _draws_packing,
-    _extract,
     _figures,
     _internal_nodes,
     _num_draws,
-    _pack,
-    _packing,
-    _packing_of,
-    _Packing,
     _run_info,
-    _unpack,
-    _var_count,
+    collect_draws,
+    unpack_draws,
+    var_count,
 )
 from bartz.sampler import step as mcmcstep
 
 __all__ = ['REFRESH_EVERY', 'Trace', 'RunInfo', 'run_mcmc', 'state_specs']
 
 
-def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: str = 'data') -> mcmcstep.State:
-    """`PartitionSpec`s of a multi-chain state on a ('chains', 'data') mesh.
-
-    Chains are split over `chain_axis`; data points (the last axis of ``X``,
-    ``y``, residuals, latents, weights and leaf indices) over `data_axis`;
-    trees, hyperparameters and everything else of size independent of ``n``
-    are replicated within a chain.
-    """
-    P = jax.sharding.PartitionSpec
-    C, D = chain_axis, data_axis
-
-    def opt(x, spec):
-        return None if x is None else spec
-
-    forest = state.forest
-    return mcmcstep.State(
-        X=P(None, D),
-        max_split=P(),
-        y=P(D),
-        z=opt(state.z, P(C, D)),
-        # per chain for logistic BART, where they are the Polya-Gamma variables
-        prec_weights=opt(state.prec_weights, P(C, D) if state.logit_offset is not None else P(D)),
-        resid=P(C, D),
-        sigma2=P(C),
-        forest=mcmcstep.Forest(
-            var_tree=P(C),
-            split_tree=P(C),
-            leaf_tree=P(C),
-            leaf_indices=P(C, None, D),
-            leaf_count=P(C),
-            leaf_prec=opt(forest.leaf_prec, P(C)),
-        ),
-        leaf_prior_var=P(),
-        sigma2_alpha=opt(state.sigma2_alpha, P()),
-        sigma2_beta=opt(state.sigma2_beta, P()),
-        p_nonterminal=P(),
-        min_points_per_leaf=P(),
-        log_s=P(C),
-        probit_threshold=opt(state.probit_threshold, P()),
-        dart=None if state.dart is None else mcmcstep.Dart(*(P(C) for _ in mcmcstep.Dart._fields)),
-        logit_offset=opt(state.logit_offset, P()),
-        move_probs=opt(state.move_probs, P()),
-        move_kinds=state.move_kinds,  # static: no arrays to place
-        plan=state.plan,  # static too
-    )
-
-
-def _make_step(num_chains: int | None, mesh):
-    """The step function for one chain, several (vmap), or a device mesh."""
-    if num_chains is None:
-        return mcmcstep.step
-
-    def chains_step(keys, state, data_axis=None):
-        axes = mcmcstep.chain_axes(state)
-        step = functools.partial(mcmcstep.step, data_axis=data_axis)
-        return jax.vmap(step, in_axes=(0, axes), out_axes=(axes, 0))(keys, state)
-
-    if mesh is None:
-        return lambda key, state: chains_step(random.split(key, num_chains), state)
-
-    P = jax.sharding.PartitionSpec
-    data_axis = 'data' if mesh.shape['data'] > 1 else None
-
-    def sharded_step(key, state):
-        keys = random.split(key, num_chains)
-        specs = state_specs(state)
-        info_specs = mcmcstep.StepInfo(*(P('chains') for _ in mcmcstep.StepInfo._fields))
-        f = jax.shard_map(
-            functools.partial(chains_step, data_axis=data_axis),
-            mesh=mesh,
-            in_specs=(P('chains'), specs),
-            out_specs=(specs, info_specs),
-            check_vma=False,
-        )
-        return f(keys, state)
-
-    return sharded_step
-
-
-def _make_refresh(num_chains: int | None, mesh):
-    """`bartz.mcmcstep.refresh` for one chain, several (vmap), or a device mesh."""
-    if num_chains is None:
-        return mcmcstep.refresh
-
-    def chains_refresh(state, data_axis=None):
-        axes = mcmcstep.chain_axes(state)
-        refresh = functools.partial(mcmcstep.refresh, data_axis=data_axis)
-        return jax.vmap(refresh, in_axes=(axes,), out_axes=axes)(state)
-
-    if mesh is None:
-        return chains_refresh
-    data_axis = 'data' if mesh.shape['data'] > 1 else None
-
-    def sharded_refresh(state):
-        specs = state_specs(state)
-        f = jax.shard_map(
-            functools.partial(chains_refresh, data_axis=data_axis),
-            mesh=mesh,
-            in_specs=(specs,),
-            out_specs=specs,
-            check_vma=False,
-        )
-        return f(state)
-
-    return sharded_refresh
-
-
-REFRESH_EVERY = 100
-"""`run_mcmc` recomputes the residuals (and weighted per-leaf precision
-sums) exactly from the trees (`bartz.mcmcstep.refresh`) after every
-iteration ``i`` with ``(i + 1) % REFRESH_EVERY == 0``: at fixed global
-iterations, so the draws do not depend on the chunking."""
-
-
-def _maybe_refresh(refresh, state: mcmcstep.State, i) -> mcmcstep.State:
-    """``refresh(state)`` if iteration ``i`` ends a refresh period, else `state`.
-
-    The conditional returns only the recomputed fields: a branch that passed
-    the whole state through could make XLA (jaxlib 0.10.2) copy it (leaf indices, ``m n``
-    bytes) at every iteration. (Refreshing after the last iteration of each
-    call instead would make the draws depend on `printevery`.)
-    """
-
-    def fields(s):
-        return s.resid, s.forest.leaf_prec
-
-    resid, leaf_prec = lax.cond((i + 1) % REFRESH_EVERY == 0, lambda s: fields(refresh(s)), fields, state)
-    return state._replace(resid=resid, forest=state.forest._replace(leaf_prec=leaf_prec))
-
-
-def chunk_shape(n: int, num_chains: int | None, save_train: bool) -> tuple[int, int]:
-    """Iterations per compiled chunk and draw slots in its buffer.
-
-    Both depend only on the (padded) number of points and the chains,
-    never on ``nskip``, ``ndpost`` or the thinning, so fits that differ
-    only in those reuse the compiled chunk. The buffer has fewer slots when
-    the saved training fits would take more than `_CHUNK_BUFFER_BYTES`;
-    a call then runs at most ``slots * n_skip`` iterations (`run_mcmc`),
-    which save at most ``slots`` draws.
-    """
-    chains = num_chains or 1
-    slots = _CHUNK_ITERS
-    if save_train:
-        slots = min(slots, max(1, _CHUNK_BUFFER_BYTES // (4 * n * chains)))
-    return _CHUNK_ITERS, slots
-
-
-_CHUNK_ITERS = 100
-_CHUNK_BUFFER_BYTES = 2**26
-
-
-def _compiler_options(n: int) -> tuple:
-    """XLA options for the chunk, on CPU (jaxlib 0.10.2; the figures are in
-    benchmarks/LOG.md):
-
-    - below `_LOW_OPT_MAX_POINTS` points, LLVM's optimisation level 1
-      instead of 3 compiles the sweep faster and runs it faster too
-      (per-kernel overheads dominate there); above, level 3 runs faster;
-    - below `_ONE_TASK_MAX_POINTS` points, no ``cpu-parallel-task-assigner``
-      pass: it splits kernels over a value per tree (logs and divisions of
-      the proposal) in tasks for the runtime's threads, where the hand-over
-      costs more than the work; above, the split of the ``(trees, n)``
-      kernels pays;
-    - below `_LOW_OPT_MAX_POINTS` points, no ``while-loop-invariant-code-motion``
-      pass: it hoists what the loop computes from values that do not
-      change (the hyperparameters' logs and reciprocals, the tables of the
-      proposal, the scatter's lanes) out of the loop, each into a kernel
-      of its own (XLA's CPU backend fuses no two outputs in one kernel),
-      where inside the loop they fuse into the kernels that read them:
-      fewer kernels to compile, and the loop is no slower;
-    - below `_LOW_OPT_MAX_POINTS` points, no ``tree_reduction_rewriter``
-      pass: it splits every reduction of more than 32 values in two
-      kernels (blocks, then their sums), for accuracy over long float
-      sums; below 2**15 values a single float32 sum is accurate to about
-      1e-5 (the squared residuals of the error variance's draw; the
-      counts are integers), and fewer kernels run.
-
-    Without the task split or the hoisting the draws are the same bit for
-    bit; level 1 and single reductions change their float rounding only
-    (`tests/test_mcmcstep.py`)."""
-    if jax.default_backend() != 'cpu' or n >= _LOW_OPT_MAX_POINTS:
-        return ()
-    options = (('xla_backend_optimization_level', 1),)
-    passes = ('while-loop-invariant-code-motion', 'tree_reduction_rewriter')
-    if n < _ONE_TASK_MAX_POINTS:
-        passes += ('cpu-parallel-task-assigner',)
-    return (*options, ('xla_disable_hlo_passes', ','.join(passes)))
-
-
-_LOW_OPT_MAX_POINTS = 2**15
-_ONE_TASK_MAX_POINTS = 2**12
-
-
-def _quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict | None:
-    """XLA options for a quick first chunk program (`_programs.persistent`'s
-    ``quick``), or None to compile the full program only.
-
-    On CPU, XLA's older kernel emitters (``xla_cpu_use_fusion_emitters=False``)
-    compile the chunk faster but run it slower; the draws are the same bit
-    for bit (checked with jaxlib `_programs.QUICK_CHECKED_JAXLIB`). A first run that
-    is short enough to finish sooner that way starts on the quick program,
-    while the full one compiles on a thread and takes over between calls
-    (and is the one stored for later processes). Short enough: the
-    estimated extra run time, `_QUICK_COST_PER_TREE` and
-    `_QUICK_COST_PER_POINT` per tree and iteration times `runs` (iterations
-    in a row on one thread: chains per worker), at most
-    `_QUICK_MAX_EXTRA_SECONDS`.
-
-    Off unless the environment variable ``BARTZ_QUICK_COMPILE`` is ``1``
-    (or ``true``, ``on``, ``yes``): on a 2-core machine the full program
-    compiling on its thread slows what follows the first fit (a refit, a
-    `predict`) about as much as the first fit gains, and a process
-    that ends meanwhile waits for it, so it pays only where the first
-    result matters most (a first look in a notebook)."""
-    if jax.default_backend() != 'cpu' or not _programs.quick_allowed():
-        return None
-    extra = iterations * runs * num_trees * (_QUICK_COST_PER_TREE + _QUICK_COST_PER_POINT * n)
-    if extra > _QUICK_MAX_EXTRA_SECONDS:
-        return None
-    return {'xla_cpu_use_fusion_emitters': False}
-
-
-# seconds of extra run time of the quick program, per tree and iteration and
-# per tree, iteration and point (jaxlib 0.10.2 on CPU; see benchmarks/LOG.md)
-_QUICK_COST_PER_TREE = 3.2e-6
-_QUICK_COST_PER_POINT = 2.5e-9
-_QUICK_MAX_EXTRA_SECONDS = 0.5
-
-
-@functools.cache
-def _chunk_runner(
-    chunk: int,
-    chunk_draws: int,
-    save_train: bool,
-    num_chains: int | None = None,
-    mesh=None,
-    compiler_options: tuple = (),
-    split_chains: int | None = None,
-):
-    """Jitted function running up to `chunk` iterations (a dynamic count)
-    from global iteration ``start``, saving the state after every
-    iteration ``i >= n_burn`` with ``(i - n_burn + 1) % keepevery == 0``.
-
-    With `split_chains` (and `num_chains` None), the function runs one chain
-    of several, its index ``chain`` a dynamic argument, with the keys the
-    vmapped step gives it (`_chain_key`; `split_chains` is their number, or
-    0 when the keys do not depend on it), so that the chains can run as
-    separate calls (`_SplitChains`) with the draws of the vmapped run.
-
-    The step is traced once: burn-in and kept iterations run in the same
-    loop, so compilation costs one sweep.
-    """
-    step = _make_step(num_chains, mesh)
-    refresh = _make_refresh(num_chains, mesh)
-    multichain = num_chains is not None
-
-    def run(key, state, start, n_iters, n_burn, keepevery, dart_start, chain=None):
-        trace = jax.eval_shape(lambda s: _extract(s, save_train), state)
-        # (with a mesh, the fields stay apart: the training fits are split
-        # over the data axis, the others are not)
-        packing = None if mesh is not None else _packing(trace)
-        buffer = _draw_buffers(trace, packing, chunk_draws)
-        sigma2s = jnp.zeros((chunk, *state.sigma2.shape), jnp.float32)
-
-        def body(t, carry):
-            state, info, sigma2s, buffer, slot = carry
-            i = start + t
-            if state.dart is not None:
-                on = jnp.broadcast_to(i >= dart_start, state.dart.on.shape)
-                state = state._replace(dart=state.dart._replace(on=on))
-            # (bit for bit random.fold_in, without JAX's rolled loop on CPU)
-            step_key = mcmcstep.fold_in(key, i)
-            if chain is not None:  # the key the vmapped step gives chain `chain`
-                step_key = _chain_key(step_key, chain, split_chains)
-            state, step_info = step(step_key, state)
-            state = _maybe_refresh(refresh, state, i)  # exact residuals against float32 drift
-            if multichain:
-                step_info = jax.tree.map(lambda x: jnp.sum(x, axis=0), step_info)
-            sigma2s = sigma2s.at[t].set(state.sigma2)
-            save = (i >= n_burn) & ((i - n_burn + 1) % keepevery == 0)
-            # iterations not saved write to a spare last slot: one in-place
-            # update, with no lax.cond closing over the whole state
-            where = jnp.where(save, slot, chunk_draws)
-            saved = _extract(state, save_train)
-            if packing is not None:
-                saved = _pack(packing, saved)
-            buffer = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, where, 0), buffer, saved)
-            # the counts summed as one vector: one kernel, not four
-            return state, info + jnp.stack(step_info), sigma2s, buffer, slot + save.astype(jnp.int32)
-
-        carry = (state, jnp.zeros(len(mcmcstep.StepInfo._fields), jnp.int32), sigma2s, buffer, jnp.int32(0))
-        state, info, sigma2s, buffer, _ = lax.fori_loop(0, n_iters, body, carry)
-        # the counts stay one vector, split on the host (8 slices in the
-        # program otherwise); the host follows the number of leaves from
-        # them (`_internal_nodes`: no kernels here)
-        return state, _ChunkOut(info, sigma2s, buffer)
-
-    static = (chunk, chunk_draws, save_train, num_chains)
-    return _jit_runner(run, compiler_options, split_chains, mesh, static)
-
-
-def _draw_buffers(trace: Trace, packing, chunk_draws: int):
-    """The chunk's buffers of saved draws, zeros: `chunk_draws` slots and a
-    spare one for the iterations not saved; by field of `trace` (shapes),
-    or by row of `packing`."""
-    if packing is None:
-        return jax.tree.map(lambda s: jnp.zeros((chunk_draws + 1, *s.shape), s.dtype), trace)
-    return tuple(jnp.zeros((chunk_draws + 1, size), dtype) for dtype, size in packing.rows)
-
-
-def _jit_runner(run, compiler_options: tuple, split_chains, mesh, static: tuple):
-    """`run` (the chunk of `_chunk_runner`) jitted, its state donated; with
-    `split_chains`, as a runner of one chain's own fields and the shared
-    ones; off a mesh, persistent by ``static`` and the other arguments."""
-    options = dict(compiler_options) or None
-    if split_chains is None:
-        runner = jax.jit(run, donate_argnums=(1,), compiler_options=options)
-    else:
-
-        def run_chain(key, own, shared, *args):
-            # the chain's own fields are donated; the shared ones (the data) are
-            # only read, so every chain's call can take the same buffers
-            state, out = run(key, mcmcstep.merge_fields(own, shared), *args)
-            return mcmcstep.chain_fields(state), out
-
-        runner = jax.jit(run_chain, donate_argnums=(1,), compiler_options=options)
-    if mesh is not None:
-        return runner
-    # a new process loads the compiled loop instead of tracing it again
-    return _programs.persistent(runner, 'mcmc_chunk', (*static, compiler_options, split_chains))
-
-
-# calls of the chunk dispatched ahead of the one whose outputs `run_mcmc`
-# reads: they wait on the device behind it, which then does not sit idle
-# while the host reads the draws, updates the progress and dispatches the
-# next call. The draw buffers of
-# 1 + `_CALLS_AHEAD` calls (`chunk_shape`) are then on the device at once.
-# 0: call by call.
-_CALLS_AHEAD = 1
+CALLS_AHEAD = 1
+"""The default of `run_mcmc`'s ``calls_ahead``: calls of the chunk
+dispatched ahead of the one whose outputs it reads. They wait on the device
+behind it, which then does not sit idle while the host reads the draws,
+updates the progress and dispatches the next call; the draw buffers of
+``1 + calls_ahead`` calls (`chunk_shape`) are then on the device at once."""
 
 
 def run_mcmc(
@@ -420,6 +86,8 @@ def run_mcmc(
     mesh=None,
     dart_start: int | None = None,
     chain_major: bool = False,
+    refresh_every: int = REFRESH_EVERY,
+    calls_ahead: int = CALLS_AHEAD,
 ) -> tuple[mcmcstep.State, Trace, RunInfo]:
     """Run the BART Markov chain: burn-in, then thinned draws.
 
@@ -476,6 +144,13 @@ def run_mcmc(
         ``(chains, draws, ...)`` (contiguous when the chains ran on threads:
         chain after chain, as R's ``mc.gbart`` orders them, is then a free
         reshape), instead of ``(draws, chains, ...)``.
+    refresh_every
+        The period of the refresh (see Notes; `REFRESH_EVERY`). A static
+        setting of the compiled chunk: another value compiles another one.
+    calls_ahead
+        Calls of the compiled chunk dispatched before the outputs of the
+        one before them are read (see Notes; `CALLS_AHEAD`); 0: call by
+        call. The draws are the same.
 
     Returns
     -------
@@ -489,7 +164,7 @@ def run_mcmc(
 
     Notes
     -----
-    After every iteration ``i`` with ``(i + 1) % REFRESH_EVERY == 0`` the
+    After every iteration ``i`` with ``(i + 1) % refresh_every == 0`` the
     residuals (and weighted per-leaf precision sums) are recomputed from the
     trees (`bartz.mcmcstep.refresh`), so float32 rounding does not
     accumulate over long runs.
@@ -505,13 +180,63 @@ def run_mcmc(
     second one stopped the wait for the calls in flight.
 
     Each call of the compiled chunk is dispatched before the outputs of the
-    one before it are read (one chain, or chains vmapped: `_CALLS_AHEAD`),
+    one before it are read (one chain, or chains vmapped: `calls_ahead`),
     so that the device does not wait for the host between calls. The
     draws are the same; after Ctrl-C the returned state is that after the
-    call in flight, up to one call ahead of the draws returned.
+    call in flight, up to `calls_ahead` calls ahead of the draws returned.
     """
     is_binary = state.z is not None
+    num_vars = state.X.shape[0]
     n = state.resid.shape[-1]
+    chunk, chunk_draws, iters_per_call = _call_sizes(n, num_chains, save_train, chunk_size, n_skip, printevery)
+    if mesh is not None:
+        state = _place_on_mesh(state, mesh, num_chains)
+    total = n_burn + n_save * n_skip
+    internal_nodes = _internal_nodes(state.forest.split_tree)
+    kind = (chunk, chunk_draws, save_train, num_chains, mesh, refresh_every)
+    runner, split, packing, quick = _runner(state, kind, total)
+    if split is not None:
+        state = None  # its buffers now belong to `split`
+    if dart_start is None:
+        dart_start = n_burn // 2
+    args = (np.int32(n_burn), np.int32(n_skip), np.int32(dart_start))
+    # (the chains on threads, `split`, run call by call)
+    calls = _Calls(runner, key, state, total, iters_per_call, args, calls_ahead if split is None else 0, quick)
+    tally = _Tally(n_burn, n_skip, num_vars, num_chains, split, packing, is_binary)
+    progress = Progress(total, printevery)
+    start_time = time.perf_counter()
+    interrupted = False
+    try:
+        _sample(calls, tally, progress, callback, internal_nodes, sigma_scale, start_time)
+    except KeyboardInterrupt:
+        interrupted = True
+        progress.close()
+        kept = tally.num_draws()
+        print(_interrupt_message(tally.done_iters, total, kept), file=sys.stderr)
+        if not kept:
+            raise
+    finally:
+        # (a Ctrl-C after the loop: `late`; the draws are all in `tally`)
+        late = split is not None and split.close()
+    progress.close()
+    elapsed = time.perf_counter() - start_time
+    state = calls.state
+    if split is not None:
+        state, late = _threads_state(split, late)
+    trace, late = _collect_traces(tally, state, save_train, chain_major, late)
+    if late and not interrupted:
+        print(
+            f'bartz: interrupted by Ctrl-C after the last iteration; returning all {tally.num_draws()} draws.',
+            file=sys.stderr,
+        )
+    interrupted |= late
+    compile_time = _compile_time(tally.first_call, tally.done_iters, elapsed)
+    return state, trace, _run_info(tally.totals, tally.burn_sigma2s(), elapsed, compile_time, interrupted)
+
+
+def _call_sizes(n: int, num_chains, save_train: bool, chunk_size, n_skip: int, printevery) -> tuple[int, int, int]:
+    """The compiled chunk's iterations and draw slots (`chunk_shape`, or
+    `chunk_size` both), and the iterations of one call of it."""
     if chunk_size is None:
         chunk, chunk_draws = chunk_shape(n, num_chains, save_train)
     else:
@@ -522,110 +247,116 @@ def run_mcmc(
     iters_per_call = min(chunk, chunk_draws * n_skip)
     if printevery:
         iters_per_call = min(iters_per_call, printevery)
-    if mesh is not None:
-        if num_chains is None:
-            msg = 'a mesh needs num_chains'
-            raise ValueError(msg)
-        specs = state_specs(state)
-        state = jax.tree.map(
-            lambda s, x: jax.device_put(x, jax.sharding.NamedSharding(mesh, s)),
-            specs,
-            state,
-            is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec),
-        )
-    workers = chain_workers(num_chains, mesh)
-    total = n_burn + n_save * n_skip
-    num_trees = state.forest.split_tree.shape[-2]
-    runs = -(-num_chains // workers) if workers else 1
-    # (the runners of a mesh are not `_programs.persistent`, but those of chains on threads are)
-    quick = _quick_options(n, total, num_trees, runs) if workers or mesh is None else None
-    internal, num_forest_trees = _internal_nodes(state.forest.split_tree)
-    num_vars = state.X.shape[0]
-    runner, split, packing = _runner(state, chunk, chunk_draws, save_train, num_chains, mesh, workers, quick)
-    if split is not None:
-        state = None  # its buffers now belong to `split`
-    progress = _Progress(total, printevery)
-    if dart_start is None:
-        dart_start = n_burn // 2
+    return chunk, chunk_draws, iters_per_call
 
-    def draws_before(i):
+
+def _place_on_mesh(state: mcmcstep.State, mesh, num_chains) -> mcmcstep.State:
+    """`state` placed on `mesh` as `state_specs` says."""
+    if num_chains is None:
+        msg = 'a mesh needs num_chains'
+        raise ValueError(msg)
+    specs = state_specs(state)
+    return jax.tree.map(
+        lambda s, x: jax.device_put(x, jax.sharding.NamedSharding(mesh, s)),
+        specs,
+        state,
+        is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec),
+    )
+
+
+class _Calls:
+    """The calls of the compiled chunk, dispatched ahead and read in order.
+
+    `pending` holds the calls dispatched and not yet read, ``(outputs,
+    iterations, time dispatched)``, up to `ahead` beyond the one being read.
+    A quick first program (`quick`) is read before the second call, whose
+    dispatch waits for the full program's compilation (its progress is not
+    held back until then). `state` is the state after the last call
+    dispatched (None for the chains on threads).
+    """
+
+    def __init__(self, runner, key, state, total: int, iters_per_call: int, args: tuple, ahead: int, quick):
+        self.runner = runner
+        self.key = key
+        self.state = state
+        self.total = total
+        self.iters_per_call = iters_per_call
+        self.args = args  # n_burn, n_skip, dart_start
+        self.ahead = ahead
+        self.quick = quick
+        self.pending = []
+        self.dispatched = 0
+
+    def dispatch(self, first: bool):
+        """Dispatch calls until `ahead` wait behind the next one to read
+        (none for a quick `first` call), or all iterations are dispatched."""
+        limit = 0 if self.quick is not None and first else self.ahead
+        while self.dispatched < self.total and len(self.pending) <= limit:
+            iters = min(self.iters_per_call, self.total - self.dispatched)
+            t0 = time.perf_counter()
+            self.state, out = self.runner(self.key, self.state, np.int32(self.dispatched), np.int32(iters), *self.args)
+            self.pending.append((out, iters, t0))
+            self.dispatched += iters
+
+
+class _Tally:
+    """What `run_mcmc` has read of the calls of its chunk, on the host: the
+    iterations done, the burn-in error variances, the kept draws, the
+    `StepInfo` counts summed (in order) and the time of the first call."""
+
+    def __init__(self, n_burn: int, n_skip: int, num_vars: int, num_chains, split, packing, is_binary: bool):
+        self.n_burn, self.n_skip, self.num_vars, self.num_chains = n_burn, n_skip, num_vars, num_chains
+        self.split, self.packing, self.is_binary = split, packing, is_binary
+        self.done_iters = 0
+        self.burn_sigma2 = []
+        self.traces = []
+        self.totals = np.zeros(len(mcmcstep.StepInfo._fields), np.int64)
+        self.first_call = None  # (seconds, iterations) of the first call read
+
+    def _draws_before(self, i: int) -> int:
         """Number of draws saved by the iterations before ``i``."""
-        return max(0, i - n_burn) // n_skip
+        return max(0, i - self.n_burn) // self.n_skip
 
-    done_iters = 0
-    burn_sigma2 = []
-    traces = []
-    totals = np.zeros(len(mcmcstep.StepInfo._fields), np.int64)
-    start_time = time.perf_counter()
-    first_chunk_time = None
-    interrupted = False
-    # the calls dispatched and not yet read: (outputs, iterations, time
-    # dispatched), up to `_CALLS_AHEAD` beyond the one being read. The
-    # chains on threads (`split`) run call by call; a quick first program
-    # (`quick`) is read before the second call, whose dispatch waits for the
-    # full program's compilation (its progress is not held back until then)
-    pending = []
-    dispatched = 0
-    ahead = _CALLS_AHEAD if split is None else 0
-    try:
-        while done_iters < total:
-            limit = 0 if quick is not None and done_iters == 0 else ahead
-            while dispatched < total and len(pending) <= limit:
-                iters = min(iters_per_call, total - dispatched)
-                t0 = time.perf_counter()
-                state, out = runner(
-                    key,
-                    state,
-                    np.int32(dispatched),
-                    np.int32(iters),
-                    np.int32(n_burn),
-                    np.int32(n_skip),
-                    np.int32(dart_start),
-                )
-                pending.append((out, iters, t0))
-                dispatched += iters
-            out, iters, t0 = pending.pop(0)
-            out = _to_host(out, packing)
-            if done_iters < n_burn and not is_binary:
-                burn_sigma2.append(out.sigma2[: min(iters, n_burn - done_iters)])
-            num_draws = draws_before(done_iters + iters) - draws_before(done_iters)
-            if num_draws:
-                traces.append(_kept_draws(out.draws, num_draws, split, num_vars))
-            done_iters += iters
-            totals += np.asarray(out.info, np.int64)  # the StepInfo fields, in order
-            dt = time.perf_counter() - t0
-            if first_chunk_time is None:
-                first_chunk_time = (dt, iters)
-            sigma = None if is_binary else float(np.mean(np.sqrt(out.sigma2[iters - 1]))) * sigma_scale
-            figures = _figures(done_iters, total, totals, internal, num_forest_trees, sigma, start_time)
-            progress.update(figures)
-            if callback is not None:
-                callback(figures)
-    except KeyboardInterrupt:
-        interrupted = True
-        progress.close()
-        kept = _num_draws(traces, split, num_chains)
-        print(_interrupt_message(done_iters, total, kept), file=sys.stderr)
-        if not kept:
-            raise
-    finally:
-        # (a Ctrl-C after the loop: `late`; the draws are all in `traces`)
-        late = split is not None and split.close()
-    progress.close()
-    elapsed = time.perf_counter() - start_time
-    if split is not None:
-        state, late = _threads_state(split, late)
-    trace, late = _collect_traces(traces, split, state, save_train, num_vars, num_chains, chain_major, late)
-    if late and not interrupted:
-        print(
-            f'bartz: interrupted by Ctrl-C after the last iteration; returning all '
-            f'{_num_draws(traces, split, num_chains)} draws.',
-            file=sys.stderr,
-        )
-    interrupted |= late
-    compile_time = _compile_time(first_chunk_time, done_iters, elapsed)
-    burn_sigma2 = None if is_binary else (np.concatenate(burn_sigma2) if burn_sigma2 else np.zeros(0, np.float32))
-    return state, trace, _run_info(totals, burn_sigma2, elapsed, compile_time, interrupted)
+    def read(self, out: _ChunkOut, iters: int, t0: float) -> _ChunkOut:
+        """Take in the outputs of a call of `iters` iterations dispatched at
+        `t0`; return them on the host."""
+        out = _to_host(out, self.packing)
+        done = self.done_iters
+        if done < self.n_burn and not self.is_binary:
+            self.burn_sigma2.append(out.sigma2[: min(iters, self.n_burn - done)])
+        num_draws = self._draws_before(done + iters) - self._draws_before(done)
+        if num_draws:
+            self.traces.append(_kept_draws(out.draws, num_draws, self.split, self.num_vars))
+        self.done_iters += iters
+        self.totals += np.asarray(out.info, np.int64)  # the StepInfo fields, in order
+        dt = time.perf_counter() - t0
+        if self.first_call is None:
+            self.first_call = (dt, iters)
+        return out
+
+    def num_draws(self) -> int:
+        """The draws kept so far, over all chains (a fit's ``ndpost``)."""
+        return _num_draws(self.traces, self.split, self.num_chains)
+
+    def burn_sigma2s(self) -> np.ndarray | None:
+        """The burn-in error variances read, in one array (None for binary outcomes)."""
+        if self.is_binary:
+            return None
+        return np.concatenate(self.burn_sigma2) if self.burn_sigma2 else np.zeros(0, np.float32)
+
+
+def _sample(calls: _Calls, tally: _Tally, progress, callback, internal_nodes: tuple, sigma_scale, start_time):
+    """The loop of `run_mcmc`: dispatch the calls, read them in order, and
+    report the progress after each."""
+    while tally.done_iters < calls.total:
+        calls.dispatch(first=tally.done_iters == 0)
+        out, iters, t0 = calls.pending.pop(0)
+        out = tally.read(out, iters, t0)
+        sigma = None if tally.is_binary else float(np.mean(np.sqrt(out.sigma2[iters - 1]))) * sigma_scale
+        figures = _figures(tally.done_iters, calls.total, tally.totals, *internal_nodes, sigma, start_time)
+        progress.update(figures)
+        if callback is not None:
+            callback(figures)
 
 
 def _to_host(out: _ChunkOut, packing) -> _ChunkOut:
@@ -633,14 +364,14 @@ def _to_host(out: _ChunkOut, packing) -> _ChunkOut:
     (`packing`, None where they come unpacked)."""
     out = jax.tree.map(sharding.to_host, out)
     if packing is not None:
-        out = out._replace(draws=_unpack(packing, out.draws))
+        out = out._replace(draws=unpack_draws(packing, out.draws))
     return out
 
 
 def _kept_draws(draws: Trace, num_draws: int, split, num_vars: int) -> Trace:
     """The first `num_draws` draws of a call's buffer, with their variable counts."""
     draws = jax.tree.map(lambda b: b[:, :num_draws] if split is not None else b[:num_draws], draws)
-    return draws._replace(varcount=_var_count(draws.var_tree, draws.split_tree, num_vars))
+    return draws._replace(varcount=var_count(draws.var_tree, draws.split_tree, num_vars))
 
 
 def _interrupt_message(done_iters: int, total: int, kept: int) -> str:
@@ -656,48 +387,57 @@ def _interrupt_message(done_iters: int, total: int, kept: int) -> str:
     )
 
 
-def _collect_traces(traces, split, state, save_train, num_vars, num_chains, chain_major, late: bool):
-    """`_collect` of the chunks' draws, again after a Ctrl-C during it; and
-    whether a Ctrl-C came after the last iteration (`late`)."""
-    collect = functools.partial(_collect, traces, split, state, save_train, num_vars, num_chains, chain_major)
+def _collect_traces(tally: _Tally, state, save_train: bool, chain_major: bool, late: bool):
+    """`collect_draws` of the calls' draws, again after a Ctrl-C during it;
+    and whether a Ctrl-C came after the last iteration (`late`)."""
+
+    def collect():
+        # (looked up at each call: tests wrap it to interrupt it)
+        return collect_draws(
+            tally.traces, tally.split, state, save_train, tally.num_vars, tally.num_chains, chain_major
+        )
+
     try:
         return collect(), late
     except KeyboardInterrupt:
         return collect(), True
 
 
-def _runner(state, chunk, chunk_draws, save_train, num_chains, mesh, workers, quick):
-    """The function that runs one call of the compiled chunk,
+def _runner(state: mcmcstep.State, kind: tuple, total: int):
+    """How `run_mcmc` calls its compiled chunk.
+
+    `kind` is ``(chunk, chunk_draws, save_train, num_chains, mesh,
+    refresh_every)``. Returns the function that runs one call of it,
     ``runner(key, state, i, iters, n_burn, n_skip, dart_start) -> (state,
-    outputs)``; the `_SplitChains` that holds the states of the chains on
-    threads (its runner returns None for the state), or None; and the
-    packing of the draws (`_draws_packing`), or None where they come
-    unpacked."""
+    outputs)``; the `SplitChains` that holds the states of the chains on
+    threads (its runner returns None for the state), or None; the packing
+    of the draws (`_chunk_packing`), or None where they come unpacked; and
+    the options of a quick first program, or None.
+    """
+    chunk, chunk_draws, save_train, num_chains, mesh, refresh_every = kind
     n = state.resid.shape[-1]
+    workers = chain_workers(num_chains, mesh)
+    runs = -(-num_chains // workers) if workers else 1
+    num_trees = state.forest.split_tree.shape[-2]
+    # (the runners of a mesh are not `_programs.persistent`, but those of chains on threads are)
+    quick = _options.quick_options(n, total, num_trees, runs) if workers or mesh is None else None
+    options = _options.chunk_options(n)
     if workers:
-        split = _SplitChains(
-            _chunk_runner(
-                chunk,
-                chunk_draws,
-                save_train,
-                compiler_options=_compiler_options(n),
-                split_chains=0 if _keys_by_fold_in() else num_chains,
-            ),
-            state,
-            num_chains,
-            workers,
-            save_train,
-            quick,
+        split_chains = 0 if keys_by_fold_in() else num_chains
+        one_chain = chunk_runner(
+            chunk, chunk_draws, save_train, compiler_options=options, split_chains=split_chains, refresh_every=refresh_every
         )
+        split = SplitChains(_wrapped(one_chain), state, num_chains, workers, save_train, quick)
 
         def runner(key, _state, *args):
             return None, split(key, *args)
 
-        return runner, split, None  # (the chains on threads unpack their draws themselves)
-    chunk_runner = _chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, _compiler_options(n))
-    packing = _draws_packing(state, save_train) if mesh is None else None
-    runner = chunk_runner if quick is None else functools.partial(chunk_runner, quick=quick)
-    return runner, None, packing
+        return runner, split, None, quick  # (the chains on threads unpack their draws themselves)
+    runner = _wrapped(chunk_runner(chunk, chunk_draws, save_train, num_chains, mesh, options, refresh_every=refresh_every))
+    packing = _chunk_packing(state, save_train) if mesh is None else None
+    if quick is not None:
+        runner = functools.partial(runner, quick=quick)
+    return runner, None, packing, quick
 
 
 def _compile_time(first_chunk_time, done_iters: int, elapsed: float) -> float:

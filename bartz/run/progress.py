@@ -4,8 +4,17 @@ import math
 import sys
 
 
-class _Progress:
-    """A one-line progress bar (in place on terminals and in notebooks)."""
+class Progress:
+    """A one-line progress bar (in place on terminals and in notebooks).
+
+    Parameters
+    ----------
+    total
+        The iterations of the run.
+    printevery
+        Print at most once per this many iterations (and at the end); None
+        or 0 for silence.
+    """
 
     def __init__(self, total: int, printevery: int | None):
         self.total = total
@@ -16,6 +25,7 @@ class _Progress:
         self.open = False
 
     def update(self, f: dict):
+        """Print the progress figures `f` (those of `run_mcmc`'s callback) if due."""
         if not self.printevery:
             return
         it = f['iteration']
@@ -42,6 +52,7 @@ class _Progress:
         self.stream.flush()
 
     def close(self):
+        """End the line that the bar updates in place, if one is open."""
         if self.open:
             self.stream.write('\n')
             self.stream.flush()

@@ -51,7 +51,7 @@ class RunInfo(NamedTuple):
 
 def _extract(state: mcmcstep.State, save_train: bool) -> Trace:
     """The fields of a draw that the compiled chunk saves (``varcount`` is
-    None: `run_mcmc` counts it on the host, `_var_count`)."""
+    None: `run_mcmc` counts it on the host, `var_count`)."""
     forest = state.forest
     if save_train:
         target = state.y if state.z is None else state.z
@@ -63,7 +63,7 @@ def _extract(state: mcmcstep.State, save_train: bool) -> Trace:
         split_tree=forest.split_tree,
         leaf_tree=forest.leaf_tree,
         sigma2=None if state.z is not None else state.sigma2,
-        varcount=None,  # counted on the host from the saved trees (`_var_count`)
+        varcount=None,  # counted on the host from the saved trees (`var_count`)
         fit_train=fit_train,
         log_s=None if state.dart is None else state.log_s,
     )
@@ -75,11 +75,11 @@ class _ChunkOut(NamedTuple):
     info: jax.Array  # (8,) int32: the `mcmcstep.StepInfo` counts, summed over the chunk (and chains)
     sigma2: jax.Array  # (chunk, [chains]) error variance after each iteration
     # (chunk_draws + 1, [chains], ...) the draws saved in the chunk, then
-    # junk: a `Trace`, or without a mesh its fields packed (`_Packing`)
+    # junk: a `Trace`, or without a mesh its fields packed (`Packing`)
     draws: 'Trace | tuple'
 
 
-class _Packing(NamedTuple):
+class Packing(NamedTuple):
     """How the fields of a saved draw (a `Trace`) travel in the chunk's
     buffer without a mesh: each field's bits, flattened, in one row per
     item size (``uint8`` for the trees, ``uint32`` for the floats and
@@ -87,15 +87,25 @@ class _Packing(NamedTuple):
     program zeroes one buffer per item size, instead of one of each per
     field (8 kernels fewer in the program of a fit, each one a kernel's
     compile time; the same draws bit for bit). The host takes the fields
-    back as views of the rows (`_unpack`)."""
+    back as views of the rows (`unpack_draws`)."""
 
     treedef: object  # the `Trace`'s pytree structure (its None fields dropped)
     fields: tuple  # per field: (shape, dtype, row, offset)
     rows: tuple  # per row: (unsigned dtype, size)
 
 
-def _packing(shapes: Trace) -> _Packing:
-    """The `_Packing` of draws of the shapes `shapes` (of `_extract`)."""
+def draw_packing(shapes: Trace) -> Packing:
+    """The `Packing` of draws of the shapes `shapes`.
+
+    Parameters
+    ----------
+    shapes
+        A `Trace` of `jax.ShapeDtypeStruct` (of one draw, as the chunk saves it).
+
+    Returns
+    -------
+    The fields' places in one row per item size, rows ordered by item size.
+    """
     leaves, treedef = jax.tree.flatten(shapes)
     widths = sorted({np.dtype(leaf.dtype).itemsize for leaf in leaves})
     sizes = dict.fromkeys(widths, 0)
@@ -105,11 +115,23 @@ def _packing(shapes: Trace) -> _Packing:
         fields.append((tuple(leaf.shape), np.dtype(leaf.dtype), widths.index(width), sizes[width]))
         sizes[width] += math.prod(leaf.shape)
     rows = tuple((np.dtype(f'uint{8 * width}'), sizes[width]) for width in widths)
-    return _Packing(treedef, tuple(fields), rows)
+    return Packing(treedef, tuple(fields), rows)
 
 
-def _pack(packing: _Packing, draw: Trace) -> tuple:
-    """The rows of one draw (traced)."""
+def pack_draw(packing: Packing, draw: Trace) -> tuple:
+    """The rows of one draw (traced, in the compiled chunk).
+
+    Parameters
+    ----------
+    packing
+        The `Packing` of the draw's shapes (`draw_packing`).
+    draw
+        One saved draw, of those shapes.
+
+    Returns
+    -------
+    One flat unsigned array per row of `packing`: the fields' bits.
+    """
     parts = [[] for _ in packing.rows]
     for leaf, (_, dtype, row, _) in zip(jax.tree.leaves(draw), packing.fields, strict=True):
         unsigned = packing.rows[row][0]
@@ -118,9 +140,20 @@ def _pack(packing: _Packing, draw: Trace) -> tuple:
     return tuple(jnp.concatenate(p) if len(p) > 1 else p[0] for p in parts)
 
 
-def _unpack(packing: _Packing, rows: tuple) -> Trace:
-    """The `Trace` of the packed rows ``(draws, size)`` of numpy arrays
-    (views of them, not copies)."""
+def unpack_draws(packing: Packing, rows: tuple) -> Trace:
+    """The `Trace` of packed draws, on the host.
+
+    Parameters
+    ----------
+    packing
+        The `Packing` the draws were packed with (`pack_draw`).
+    rows
+        Per row of `packing`, a numpy array ``(draws, size)``.
+
+    Returns
+    -------
+    The draws' fields with a leading draws axis: views of `rows`, not copies.
+    """
     leaves = []
     for shape, dtype, row, offset in packing.fields:
         block = rows[row][:, offset : offset + math.prod(shape)]
@@ -128,14 +161,28 @@ def _unpack(packing: _Packing, rows: tuple) -> Trace:
     return jax.tree.unflatten(packing.treedef, leaves)
 
 
-def _var_count(var_tree: np.ndarray, split_tree: np.ndarray, num_vars: int) -> np.ndarray:
+def var_count(var_tree: np.ndarray, split_tree: np.ndarray, num_vars: int) -> np.ndarray:
     """`bartz.grove.var_count_scatter` of every forest of saved draws
     ``(..., m, H/2)``, on the host: ``(..., num_vars)`` int32.
 
     The loop saves the trees anyway; counted here, only for the kept draws,
     the counts cost the compiled chunk no kernels (four per iteration: a
     scatter, its zeroed operand and its indices) and run beside the next
-    chunk."""
+    chunk.
+
+    Parameters
+    ----------
+    var_tree
+        The split variables of the saved trees, ``(..., m, H/2)``.
+    split_tree
+        Their split indices, of the same shape (0: not an internal node).
+    num_vars
+        The number of predictors ``p``.
+
+    Returns
+    -------
+    The number of internal nodes splitting on each predictor, per forest.
+    """
     lead = var_tree.shape[:-2]
     var = var_tree.reshape(-1, var_tree.shape[-2] * var_tree.shape[-1]).astype(np.int64)
     internal = split_tree.reshape(var.shape) != 0
@@ -144,18 +191,18 @@ def _var_count(var_tree: np.ndarray, split_tree: np.ndarray, num_vars: int) -> n
     return counts.reshape(*lead, num_vars).astype(np.int32)
 
 
-def _draws_packing(state: mcmcstep.State, save_train: bool) -> _Packing:
-    """The `_Packing` of the draws of a chunk run from `state` (no mesh)."""
+def _chunk_packing(state: mcmcstep.State, save_train: bool) -> Packing:
+    """The `Packing` of the draws of a chunk run from `state` (no mesh)."""
     leaves, treedef = jax.tree.flatten(state)
     return _packing_of(treedef, tuple((x.shape, np.dtype(x.dtype)) for x in leaves), save_train)
 
 
 @functools.lru_cache(maxsize=64)
-def _packing_of(treedef, shapes: tuple, save_train: bool) -> _Packing:
-    """`_draws_packing` by the state's structure and shapes: a refit of the
+def _packing_of(treedef, shapes: tuple, save_train: bool) -> Packing:
+    """`_chunk_packing` by the state's structure and shapes: a refit of the
     same shapes traces nothing (`_extract`'s shapes are traced once)."""
     state = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes])
-    return _packing(jax.eval_shape(lambda s: _extract(s, save_train), state))
+    return draw_packing(jax.eval_shape(lambda s: _extract(s, save_train), state))
 
 
 def _internal_nodes(split_tree) -> tuple[int, int]:
@@ -209,15 +256,38 @@ def _num_draws(traces: list, split, num_chains: int | None) -> int:
     return sum(int(t.leaf_tree.shape[axis]) for t in traces) * (num_chains or 1)
 
 
-def _collect(traces: list, split, state, save_train: bool, num_vars: int, num_chains, chain_major: bool) -> Trace:
-    """The `Trace` of `run_mcmc` from the draws of its chunks, `traces`
-    (empty: a trace of no draws, of the shapes of `state`)."""
+def collect_draws(traces: list, split, state, save_train: bool, num_vars: int, num_chains, chain_major: bool) -> Trace:
+    """The `Trace` of `run_mcmc` from the draws of its chunks.
+
+    Parameters
+    ----------
+    traces
+        The kept draws of each call, in order (a `Trace` each; empty: a
+        trace of no draws, of the shapes of `state`).
+    split
+        The `bartz.run.chains.SplitChains` of chains on threads (their
+        draws have the chain axis first), or None.
+    state
+        The final state (for the shapes of an empty trace).
+    save_train
+        Whether the draws include the training fits.
+    num_vars
+        The number of predictors.
+    num_chains
+        None for one chain, else the number of chains.
+    chain_major
+        Whether to put the chain axis first.
+
+    Returns
+    -------
+    The draws, ``(draws, [chains], ...)`` or ``(chains, draws, ...)``.
+    """
     if traces:
         trace = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1 if split is not None else 0), *traces)
     else:
         shapes = jax.eval_shape(lambda s: _extract(s, save_train), state)
         trace = jax.tree.map(lambda s: np.zeros((0, *s.shape), s.dtype), shapes)
-        trace = trace._replace(varcount=_var_count(trace.var_tree, trace.split_tree, num_vars))
+        trace = trace._replace(varcount=var_count(trace.var_tree, trace.split_tree, num_vars))
         if split is not None:
             trace = jax.tree.map(lambda a: np.swapaxes(a, 0, 1), trace)
     if num_chains is not None and chain_major != (split is not None):  # the layout asked
