@@ -270,136 +270,22 @@ def autobatch(
     >>> g(jnp.ones((10_000, 2)))
     Array([10000., 10000.], dtype=float32)
     """
-    if isinstance(max_io_nbytes, bool) or not isinstance(max_io_nbytes, int | np.integer) or max_io_nbytes <= 0:
-        raise ValueError(f'max_io_nbytes must be a positive integer, got {max_io_nbytes!r}')
-    max_io_nbytes = int(max_io_nbytes)
+    max_io_nbytes = _check_budget(max_io_nbytes)
     reduction = None if reduce_ufunc is None else _reduction_name(reduce_ufunc)
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
 
     plans = {}
 
-    def make_plan(args):
-        in_leaves = jax.tree.leaves(args)
-        axes_prefix = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
-        if len(axes_prefix) != len(args):
-            raise ValueError(
-                f'in_axes has {len(axes_prefix)} entries, but the function was called '
-                f'with {len(args)} positional arguments'
-            )
-        axes = _broadcast_prefix(axes_prefix, args, 'in_axes')
-        axes = tuple(_normalize_axis(ax, np.ndim(x), 'in_axes') for ax, x in zip(axes, in_leaves, strict=True))
-
-        lengths = {np.shape(x)[ax] for ax, x in zip(axes, in_leaves, strict=True) if ax is not None}
-        if not lengths:
-            raise ValueError('in_axes must batch at least one array argument, but all arguments have axis None')
-        if len(lengths) > 1:
-            raise ValueError(f'the batched arguments have different lengths along their in_axes: {sorted(lengths)}')
-        (length,) = lengths
-
-        if result_shape_dtype is not None:
-            shapes = result_shape_dtype
-        elif length > 0:
-            shapes = jax.eval_shape(func, *args)
-        else:
-            # never trace func on an empty axis (it may reshape with -1 or divide
-            # by the length): type it on one element, then make the axis empty
-            one = jax.eval_shape(func, *_resize_args(args, axes, 1))
-            shapes = _with_length(one, _broadcast_prefix(out_axes, one, 'out_axes'), 0)
-        out_leaves, out_treedef = jax.tree.flatten(shapes)
-        oaxes = _broadcast_prefix(out_axes, shapes, 'out_axes')
-        oaxes = [_normalize_axis(ax, len(s.shape), 'out_axes') for ax, s in zip(oaxes, out_leaves, strict=True)]
-        if any(ax is None for ax in oaxes):
-            raise ValueError('out_axes must not contain None: every output must be batched')
-        for ax, s in zip(oaxes, out_leaves, strict=True):
-            if s.shape[ax] != length:
-                raise ValueError(
-                    f'an output of func has length {s.shape[ax]} along its out axis {ax} (shape {s.shape}), '
-                    f'but the batched inputs have length {length}'
-                )
-
-        def elem_nbytes(shape, dtype, ax):
-            return math.prod(shape[:ax] + shape[ax + 1 :]) * dtype.itemsize
-
-        elem = sum(
-            elem_nbytes(np.shape(x), jax.typeof(x).dtype, ax)
-            for ax, x in zip(axes, in_leaves, strict=True)
-            if ax is not None
-        )
-        elem += sum(elem_nbytes(s.shape, s.dtype, ax) for ax, s in zip(oaxes, out_leaves, strict=True))
-
-        overflow = elem > max_io_nbytes
-        if length == 0:
-            batch_size, nbatches = 0, 0
-        else:
-            max_batch = max(1, max_io_nbytes // elem) if elem else length
-            nbatches = -(-length // max_batch)
-            batch_size = -(-length // nbatches)
-
-        return _Plan(
-            in_axes=axes,
-            out_axes=tuple(oaxes),
-            out_treedef=out_treedef,
-            out_shapes=tuple(tuple(s.shape) for s in out_leaves),
-            out_dtypes=tuple(s.dtype for s in out_leaves),
-            length=length,
-            batch_size=batch_size,
-            nbatches=nbatches,
-            overflow=overflow,
-            elem_nbytes=elem,
-        )
-
     @functools.partial(jax.jit, static_argnums=0)
     def run(plan, *args):
-        in_leaves, in_treedef = jax.tree.flatten(args)
-
-        # Slice random keys as raw data, and wrap each slice into fresh keys:
-        # `jax_debug_key_reuse` would see slicing a key array in a loop as
-        # reusing it, although the slices are disjoint.
-        key_impls = [
-            jax.random.key_impl(x) if ax is not None and jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else None
-            for ax, x in zip(plan.in_axes, in_leaves, strict=True)
-        ]
-        loop_leaves = [
-            x if impl is None else jax.random.key_data(x) for x, impl in zip(in_leaves, key_impls, strict=True)
-        ]
-
-        def call(start, size, leaves=None):
-            """Apply func to the slice start:start+size of the axis (all if None); flat outputs."""
-            if start is None:
-                sliced = in_leaves
-            else:
-                sliced = [
-                    x if ax is None else lax.dynamic_slice_in_dim(x, start, size, ax)
-                    for ax, x in zip(plan.in_axes, loop_leaves if leaves is None else leaves, strict=True)
-                ]
-                sliced = [
-                    x if impl is None else jax.random.wrap_key_data(x, impl=impl)
-                    for x, impl in zip(sliced, key_impls, strict=True)
-                ]
-            out = func(*jax.tree.unflatten(in_treedef, sliced))
-            out_leaves, out_treedef = jax.tree.flatten(out)
-            if out_treedef != plan.out_treedef:
-                raise ValueError(
-                    f'func returned a pytree with structure {out_treedef} on a batch, expected {plan.out_treedef}'
-                )
-            return out_leaves
-
-        def batch_types():
-            """Types of the outputs of one batch (varying manual axes included), by tracing only."""
-            return jax.eval_shape(lambda leaves: call(0, plan.batch_size, leaves), loop_leaves)
-
-        if reduction is None:
-            outs = _run_map(plan, call, batch_types)
-        else:
-            outs = _run_reduce(plan, call, batch_types, reduction)
-        return jax.tree.unflatten(plan.out_treedef, outs)
+        return _run_plan(func, reduction, plan, args)
 
     def batched_func(*args):
         key = (jax.tree.structure(args), tuple(jax.typeof(x) for x in jax.tree.leaves(args)))
         plan = plans.get(key)
         if plan is None:
-            plan = plans[key] = make_plan(args)
+            plan = plans[key] = _make_plan(func, args, in_axes, out_axes, result_shape_dtype, max_io_nbytes)
         if plan.overflow and warn_on_overflow:
             warnings.warn(
                 f'autobatch: one element of the batched axis takes {plan.elem_nbytes} bytes of inputs and '
@@ -411,6 +297,150 @@ def autobatch(
 
     functools.update_wrapper(batched_func, func, assigned=('__module__', '__name__', '__qualname__', '__doc__'))
     return batched_func
+
+
+def _check_budget(max_io_nbytes):
+    """`max_io_nbytes` as an int, checked to be a positive integer."""
+    if isinstance(max_io_nbytes, bool) or not isinstance(max_io_nbytes, int | np.integer) or max_io_nbytes <= 0:
+        raise ValueError(f'max_io_nbytes must be a positive integer, got {max_io_nbytes!r}')
+    return int(max_io_nbytes)
+
+
+def _make_plan(func, args, in_axes, out_axes, result_shape_dtype, max_io_nbytes):
+    """The `_Plan` of `func` on arguments of the shapes of `args`: the axes,
+    the output types, and the batch size that fits `max_io_nbytes`."""
+    in_leaves = jax.tree.leaves(args)
+    axes, length = _input_axes(in_axes, args, in_leaves)
+    out_leaves, out_treedef, oaxes = _output_axes(func, args, axes, length, out_axes, result_shape_dtype)
+    elem = _elem_nbytes(in_leaves, axes, out_leaves, oaxes)
+    batch_size, nbatches = _batch_size(length, elem, max_io_nbytes)
+    return _Plan(
+        in_axes=axes,
+        out_axes=tuple(oaxes),
+        out_treedef=out_treedef,
+        out_shapes=tuple(tuple(s.shape) for s in out_leaves),
+        out_dtypes=tuple(s.dtype for s in out_leaves),
+        length=length,
+        batch_size=batch_size,
+        nbatches=nbatches,
+        overflow=elem > max_io_nbytes,
+        elem_nbytes=elem,
+    )
+
+
+def _input_axes(in_axes, args, in_leaves):
+    """The batched axis of each flat input leaf (None: not batched), and the
+    common length of the batched axes."""
+    axes_prefix = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+    if len(axes_prefix) != len(args):
+        raise ValueError(
+            f'in_axes has {len(axes_prefix)} entries, but the function was called '
+            f'with {len(args)} positional arguments'
+        )
+    axes = _broadcast_prefix(axes_prefix, args, 'in_axes')
+    axes = tuple(_normalize_axis(ax, np.ndim(x), 'in_axes') for ax, x in zip(axes, in_leaves, strict=True))
+
+    lengths = {np.shape(x)[ax] for ax, x in zip(axes, in_leaves, strict=True) if ax is not None}
+    if not lengths:
+        raise ValueError('in_axes must batch at least one array argument, but all arguments have axis None')
+    if len(lengths) > 1:
+        raise ValueError(f'the batched arguments have different lengths along their in_axes: {sorted(lengths)}')
+    (length,) = lengths
+    return axes, length
+
+
+def _output_axes(func, args, axes, length, out_axes, result_shape_dtype):
+    """The flat output types of `func` on the whole arguments, their tree
+    structure and their batched axes, checked to have the inputs' length."""
+    if result_shape_dtype is not None:
+        shapes = result_shape_dtype
+    elif length > 0:
+        shapes = jax.eval_shape(func, *args)
+    else:
+        # never trace func on an empty axis (it may reshape with -1 or divide
+        # by the length): type it on one element, then make the axis empty
+        one = jax.eval_shape(func, *_resize_args(args, axes, 1))
+        shapes = _with_length(one, _broadcast_prefix(out_axes, one, 'out_axes'), 0)
+    out_leaves, out_treedef = jax.tree.flatten(shapes)
+    oaxes = _broadcast_prefix(out_axes, shapes, 'out_axes')
+    oaxes = [_normalize_axis(ax, len(s.shape), 'out_axes') for ax, s in zip(oaxes, out_leaves, strict=True)]
+    if any(ax is None for ax in oaxes):
+        raise ValueError('out_axes must not contain None: every output must be batched')
+    for ax, s in zip(oaxes, out_leaves, strict=True):
+        if s.shape[ax] != length:
+            raise ValueError(
+                f'an output of func has length {s.shape[ax]} along its out axis {ax} (shape {s.shape}), '
+                f'but the batched inputs have length {length}'
+            )
+    return out_leaves, out_treedef, oaxes
+
+
+def _elem_nbytes(in_leaves, axes, out_leaves, oaxes):
+    """Bytes of the batched inputs and of the outputs per element of the axis."""
+
+    def per_elem(shape, dtype, ax):
+        return math.prod(shape[:ax] + shape[ax + 1 :]) * dtype.itemsize
+
+    elem = sum(
+        per_elem(np.shape(x), jax.typeof(x).dtype, ax) for ax, x in zip(axes, in_leaves, strict=True) if ax is not None
+    )
+    return elem + sum(per_elem(s.shape, s.dtype, ax) for ax, s in zip(oaxes, out_leaves, strict=True))
+
+
+def _batch_size(length, elem, max_io_nbytes):
+    """The size and number of batches: the fewest calls within the budget,
+    each of about the same size (one element per call if one alone exceeds it)."""
+    if length == 0:
+        return 0, 0
+    max_batch = max(1, max_io_nbytes // elem) if elem else length
+    nbatches = -(-length // max_batch)
+    return -(-length // nbatches), nbatches
+
+
+def _run_plan(func, reduction, plan, args):
+    """Compute `func` on `args` batch by batch as `plan` says (traced by the
+    jitted ``run`` of `autobatch`)."""
+    in_leaves, in_treedef = jax.tree.flatten(args)
+
+    # Slice random keys as raw data, and wrap each slice into fresh keys:
+    # `jax_debug_key_reuse` would see slicing a key array in a loop as
+    # reusing it, although the slices are disjoint.
+    key_impls = [
+        jax.random.key_impl(x) if ax is not None and jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else None
+        for ax, x in zip(plan.in_axes, in_leaves, strict=True)
+    ]
+    loop_leaves = [x if impl is None else jax.random.key_data(x) for x, impl in zip(in_leaves, key_impls, strict=True)]
+
+    def call(start, size, leaves=None):
+        """Apply func to the slice start:start+size of the axis (all if None); flat outputs."""
+        if start is None:
+            sliced = in_leaves
+        else:
+            sliced = [
+                x if ax is None else lax.dynamic_slice_in_dim(x, start, size, ax)
+                for ax, x in zip(plan.in_axes, loop_leaves if leaves is None else leaves, strict=True)
+            ]
+            sliced = [
+                x if impl is None else jax.random.wrap_key_data(x, impl=impl)
+                for x, impl in zip(sliced, key_impls, strict=True)
+            ]
+        out = func(*jax.tree.unflatten(in_treedef, sliced))
+        out_leaves, out_treedef = jax.tree.flatten(out)
+        if out_treedef != plan.out_treedef:
+            raise ValueError(
+                f'func returned a pytree with structure {out_treedef} on a batch, expected {plan.out_treedef}'
+            )
+        return out_leaves
+
+    def batch_types():
+        """Types of the outputs of one batch (varying manual axes included), by tracing only."""
+        return jax.eval_shape(lambda leaves: call(0, plan.batch_size, leaves), loop_leaves)
+
+    if reduction is None:
+        outs = _run_map(plan, call, batch_types)
+    else:
+        outs = _run_reduce(plan, call, batch_types, reduction)
+    return jax.tree.unflatten(plan.out_treedef, outs)
 
 
 def _batch_start(plan, i):
