@@ -19,7 +19,8 @@ import jaxlib
 import pytest
 
 from bartz._compile import cache as compile_cache
-from bartz._compile import settings
+from bartz._compile import keys, memory, settings
+from bartz._compile import programs as _programs
 
 JAX_DIR = f'jax-{jax.__version__}'
 
@@ -234,7 +235,7 @@ def test_switch_off_values(monkeypatch, value):
     monkeypatch.setenv('BARTZ_COMPILATION_CACHE', value)
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        assert compile_cache._switched_off()
+        assert compile_cache.switched_off()
 
 
 @pytest.mark.parametrize('value', ['', '1', 'True', 'on', 'yes'])
@@ -242,13 +243,13 @@ def test_switch_on_values(monkeypatch, value):
     monkeypatch.setenv('BARTZ_COMPILATION_CACHE', value)
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        assert not compile_cache._switched_off()
+        assert not compile_cache.switched_off()
 
 
 def test_switch_not_understood(monkeypatch):
     monkeypatch.setenv('BARTZ_COMPILATION_CACHE', 'maybe')
     with pytest.warns(UserWarning, match="'maybe' is not understood"):
-        assert not compile_cache._switched_off()
+        assert not compile_cache.switched_off()
 
 
 @pytest.mark.parametrize(
@@ -268,14 +269,13 @@ def test_default_dir(monkeypatch, platform, env, expected):
     monkeypatch.setenv('HOME', '/home/u')
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sys, 'platform', platform)
-    assert compile_cache._default_dir() == str(Path(expected) / JAX_DIR)
+    assert compile_cache.default_dir(platform) == str(Path(expected) / JAX_DIR)
 
 
 def test_default_dir_from_env(monkeypatch):
     monkeypatch.setenv('HOME', '/home/u')
     monkeypatch.setenv('BARTZ_CACHE_DIR', '~/somewhere')
-    assert compile_cache._default_dir() == '/home/u/somewhere'
+    assert compile_cache.default_dir() == '/home/u/somewhere'
 
 
 def test_exported():
@@ -377,18 +377,24 @@ def test_programs_off_with_the_cache(tmp_path):
 
 @pytest.fixture
 def programs_in(monkeypatch, tmp_path):
-    """Switch the stored programs on, in a folder of `tmp_path`, for one test."""
-    from bartz._compile import programs as _programs  # noqa: PLC0415
+    """Switch the stored programs on, in a folder of `tmp_path`, for one test.
+
+    The folder follows JAX's cache directory setting; JAX itself keeps
+    using the cache it opened (jax 0.10.2 reads the setting once, until
+    ``reset_cache``)."""
     from bartz.run import loop as mcmcloop
 
-    monkeypatch.setattr(_programs, 'enabled', True)
-    monkeypatch.setattr(settings, 'cache_dir', lambda: str(tmp_path))
-    monkeypatch.setattr(settings, 'warned_dirs', set())
+    monkeypatch.setattr(_programs, 'enabled', True)  # the suite's switch (conftest.py)
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update('jax_compilation_cache_dir', str(tmp_path))
     mcmcloop.chunk_runner.cache_clear()
-    _programs._LOADED.cache_clear()
-    yield tmp_path / 'bartz-programs'
-    mcmcloop.chunk_runner.cache_clear()
-    _programs._LOADED.cache_clear()
+    memory.clear_programs()
+    try:
+        yield tmp_path / 'bartz-programs'
+    finally:
+        jax.config.update('jax_compilation_cache_dir', before)
+        mcmcloop.chunk_runner.cache_clear()
+        memory.clear_programs()
 
 
 def _small_fit(seed=1):
@@ -411,9 +417,8 @@ def test_programs_unwritable_warns_once(programs_in):
     with warnings.catch_warnings():
         warnings.filterwarnings('error', message='.*compilation cache')
         _small_fit(seed=2)  # compiled in memory: nothing to write, no warning
-        from bartz._compile import programs as _programs  # noqa: PLC0415
 
-        _programs._LOADED.cache_clear()
+        memory.clear_programs()
         _small_fit(seed=3)  # compiled again, the write fails again: no second warning
     assert len([w for w in record if 'compilation cache' in str(w.message)]) == 1
     assert fit.yhat_train.shape == (20, 60)
@@ -422,15 +427,14 @@ def test_programs_unwritable_warns_once(programs_in):
 def test_programs_cleared_by_jax_clear_caches(programs_in):
     """`jax.clear_caches` releases the programs loaded in this process, as
     it does JAX's own, and the next fit loads them from disk."""
-    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     fit = _small_fit()
     assert len(list(programs_in.glob('*.bartz-program'))) == 1
-    assert len(_programs._LOADED.programs) == 1
+    assert compile_cache.programs_in_memory() == 1
     jax.clear_caches()
-    assert _programs._LOADED.programs == {}
+    assert compile_cache.programs_in_memory() == 0
     again = _small_fit()
-    assert len(_programs._LOADED.programs) == 1
+    assert compile_cache.programs_in_memory() == 1
     assert again.yhat_train.tolist() == fit.yhat_train.tolist()
 
 
@@ -446,16 +450,15 @@ def test_x_test_predictions_compiled_ahead(programs_in, monkeypatch):
     import numpy as np  # noqa: PLC0415
 
     from bartz import gbart  # noqa: PLC0415
-    from bartz._compile import programs as _programs
 
     compiled = []
-    original = _programs._compile_fresh
+    original = _programs.compile_fresh
 
     def recording(lowered):
         compiled.append(threading.current_thread().name)
         return original(lowered)
 
-    monkeypatch.setattr(_programs, '_compile_fresh', recording)
+    monkeypatch.setattr(_programs, 'compile_fresh', recording)
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(60, 3))
     y = np.sin(4 * x[:, 0]) + 0.1 * rng.normal(size=60)
@@ -481,53 +484,50 @@ def test_programs_key():
     dtypes and JAX's settings, and is None for what is not an array."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz._compile import programs as _programs  # noqa: PLC0415
-
     args = (np.zeros(3, np.float32), {'a': jax.numpy.ones((2, 2))})
-    key = _programs._key('p', (1,), args)
-    assert key == _programs._key('p', (1,), (np.ones(3, np.float32), {'a': jax.numpy.zeros((2, 2))}))
+    key = keys.program_key('p', (1,), args)
+    assert key == keys.program_key('p', (1,), (np.ones(3, np.float32), {'a': jax.numpy.zeros((2, 2))}))
     assert key.startswith('p-')
     others = [
-        _programs._key('q', (1,), args),
-        _programs._key('p', (2,), args),
-        _programs._key('p', (1,), (np.zeros(4, np.float32), args[1])),
-        _programs._key('p', (1,), (np.zeros(3, np.int32), args[1])),
-        _programs._key('p', (1,), (args[1], args[0])),
+        keys.program_key('q', (1,), args),
+        keys.program_key('p', (2,), args),
+        keys.program_key('p', (1,), (np.zeros(4, np.float32), args[1])),
+        keys.program_key('p', (1,), (np.zeros(3, np.int32), args[1])),
+        keys.program_key('p', (1,), (args[1], args[0])),
     ]
     with jax.threefry_partitionable(not jax.config.jax_threefry_partitionable):
-        others.append(_programs._key('p', (1,), args))
+        others.append(keys.program_key('p', (1,), args))
     assert len({key, *others}) == 1 + len(others)
-    assert _programs._key('p', (1,), (1.0,)) is None
-    jax.jit(lambda x: _programs._key('p', (1,), (x,)) is None or 1 / 0)(1.0)
+    assert keys.program_key('p', (1,), (1.0,)) is None
+    jax.jit(lambda x: keys.program_key('p', (1,), (x,)) is None or 1 / 0)(1.0)
 
 
 def test_programs_off_without_cache_or_jit(monkeypatch):
-    from bartz._compile import programs as _programs  # noqa: PLC0415
-
-    monkeypatch.setattr(_programs, 'enabled', True)
-    monkeypatch.setattr(settings, 'cache_dir', lambda: '/somewhere')
-    assert _programs._directory() == Path('/somewhere/bartz-programs')
+    """The programs' folder is in the cache directory, none without the
+    cache or on a remote filesystem; the layer is off with jit disabled or
+    its switch off."""
+    assert _programs.programs_folder('/somewhere') == Path('/somewhere/bartz-programs')
+    assert _programs.programs_folder('gs://bucket/cache') is None
+    assert _programs.programs_folder(None) is None
+    monkeypatch.setattr(_programs, 'enabled', True)  # the suite's switch (conftest.py)
+    assert _programs.tracked()
+    session = compile_cache.cache_dir()  # the session's cache (conftest.py)
+    assert _programs.directory() == Path(session) / 'bartz-programs'
     with jax.disable_jit():
-        assert _programs._directory() is None
-    monkeypatch.setattr(settings, 'cache_dir', lambda: 'gs://bucket/cache')
-    assert _programs._directory() is None
-    monkeypatch.setattr(settings, 'cache_dir', lambda: None)
-    assert _programs._directory() is None
-    monkeypatch.setattr(settings, 'cache_dir', lambda: '/somewhere')
+        assert not _programs.tracked()
+        assert _programs.directory() is None
     monkeypatch.setattr(_programs, 'enabled', False)
-    assert _programs._directory() is None
+    assert _programs.directory() is None
 
 
-def test_programs_store_only_fresh_compilations(monkeypatch):
+def test_programs_store_only_fresh_compilations():
     """An executable that JAX loaded from its persistent cache serialises
-    incompletely, so `_compile_fresh` compiles under a key that plain jit
+    incompletely, so `compile_fresh` compiles under a key that plain jit
     does not use, and says when JAX's cache answered anyway (then the
     program is not stored)."""
     import uuid  # noqa: PLC0415
 
     from jax._src import config as jax_config  # noqa: PLC0415
-
-    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     assert compile_cache.cache_dir() is not None  # the session's cache (conftest.py)
     constant = uuid.uuid4().int % 1000 / 7  # a program no earlier run compiled
@@ -541,36 +541,29 @@ def test_programs_store_only_fresh_compilations(monkeypatch):
     with jax_config.persistent_cache_min_compile_time_secs(0):
         jax.jit(f)(jax.numpy.arange(3.0)).block_until_ready()  # in JAX's cache under plain jit's key
     jax.clear_caches()
-    program, fresh = _programs._compile_fresh(lowered())
+    program, fresh = _programs.compile_fresh(lowered())
     assert fresh  # not answered by plain jit's entry
     assert program(jax.numpy.arange(3.0)).tolist() == jax.jit(f)(jax.numpy.arange(3.0)).tolist()
 
-    # let JAX write the entry of `_compile_fresh`'s key, then ask again (the
+    # let JAX write the entry of `compile_fresh`'s key, then ask again (the
     # key holds the source locations of the trace: the same line both times)
     answers = []
-    for no_write_below in (0.0, _programs._NO_WRITE_BELOW_SECS):
+    for no_write_below in (0.0, float('inf')):  # (inf: the default, no entry written)
         jax.clear_caches()
-        monkeypatch.setattr(_programs, '_NO_WRITE_BELOW_SECS', no_write_below)
-        answers.append(_programs._compile_fresh(lowered())[1])
+        answers.append(_programs.compile_fresh(lowered(), no_write_below_secs=no_write_below)[1])
     assert answers == [True, False]
 
 
-def test_programs_need_the_source(monkeypatch, tmp_path):
+def test_programs_need_the_source(tmp_path):
     """Without bartz's source to hash (a bytecode-only install), no key:
     nothing is stored or loaded, jit decides."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz._compile import programs as _programs  # noqa: PLC0415
-
-    monkeypatch.setattr(_programs, '__file__', str(tmp_path / '_programs.pyc'))
-    _programs._fingerprint.cache_clear()
-    try:
-        assert _programs._fingerprint() is None
-        assert _programs._key('p', (), (np.zeros(3),)) is None
-    finally:
-        monkeypatch.undo()
-        _programs._fingerprint.cache_clear()
-    assert _programs._key('p', (), (np.zeros(3),)) is not None
+    (tmp_path / '_programs.pyc').write_bytes(b'')
+    assert keys.fingerprint(tmp_path) is None
+    assert keys.program_key('p', (), (np.zeros(3),), package=tmp_path) is None
+    assert keys.fingerprint() is not None
+    assert keys.program_key('p', (), (np.zeros(3),)) is not None
 
 
 def test_programs_only_where_checked(monkeypatch):
@@ -579,17 +572,15 @@ def test_programs_only_where_checked(monkeypatch):
     decides."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz._compile import programs as _programs  # noqa: PLC0415
-
-    monkeypatch.setattr(_programs, 'enabled', True)
-    monkeypatch.setattr(settings, 'cache_dir', lambda: '/somewhere')
+    monkeypatch.setattr(_programs, 'enabled', True)  # the suite's switch (conftest.py)
     array = jax.numpy.zeros(3)
-    assert _programs._directory() is not None
-    assert _programs._key('p', (), (array,)) is not None
-    monkeypatch.setattr(_programs, '_PLATFORMS', ('gpu',))
-    assert _programs._directory() is None
-    assert _programs._key('p', (), (array,)) is None
-    assert _programs._key('p', (), (np.zeros(3),)) is not None  # runs where the default device is
+    assert keys.PLATFORMS == ('cpu', 'gpu')
+    assert _programs.tracked()
+    assert keys.program_key('p', (), (array,)) is not None
+    assert not _programs.tracked(platforms=('gpu',))
+    assert keys.program_key('p', (), (array,), platforms=('gpu',)) is None
+    # runs where the default device is
+    assert keys.program_key('p', (), (np.zeros(3),), platforms=('gpu',)) is not None
 
 
 def test_programs_stored_after_the_run_is_dispatched(programs_in, monkeypatch):
@@ -597,10 +588,8 @@ def test_programs_stored_after_the_run_is_dispatched(programs_in, monkeypatch):
     (the write overlaps its run); by `prepare`, at once (nothing runs)."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz._compile import programs as _programs  # noqa: PLC0415
-
     events = []
-    compile_fresh, store = _programs._compile_fresh, _programs._store
+    compile_fresh, store = _programs.compile_fresh, _programs.store
 
     def recording_compile(lowered):
         program, fresh = compile_fresh(lowered)
@@ -611,8 +600,8 @@ def test_programs_stored_after_the_run_is_dispatched(programs_in, monkeypatch):
 
         return run, fresh
 
-    monkeypatch.setattr(_programs, '_compile_fresh', recording_compile)
-    monkeypatch.setattr(_programs, '_store', lambda *args: (events.append('store'), store(*args)))
+    monkeypatch.setattr(_programs, 'compile_fresh', recording_compile)
+    monkeypatch.setattr(_programs, 'store', lambda *args: (events.append('store'), store(*args)))
     shift = np.random.default_rng().uniform()  # a program no earlier run compiled
     f = _programs.persistent_jit(lambda x, shift: x + shift, 'test-order', shift=shift)
     g = _programs.persistent_jit(lambda x, shift: x * shift, 'test-order-prepared', shift=shift)
@@ -647,12 +636,11 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
     import numpy as np  # noqa: PLC0415
 
     from bartz import gbart  # noqa: PLC0415
-    from bartz._compile import programs as _programs
     from bartz.run import sharding
 
     monkeypatch.setenv('BARTZ_QUICK_COMPILE', '1')
     calls = []
-    compile_fresh = _programs._compile_fresh
+    compile_fresh = _programs.compile_fresh
 
     class Recorded:  # the program, its runs recorded (and it can be stored)
         def __init__(self, program, name):
@@ -673,7 +661,7 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
         program, fresh = compile_fresh(lowered, options)
         return Recorded(program, 'full' if options is None else 'quick'), fresh
 
-    monkeypatch.setattr(_programs, '_compile_fresh', recording)
+    monkeypatch.setattr(_programs, 'compile_fresh', recording)
     events = []
     to_host = sharding.to_host
 
@@ -702,7 +690,7 @@ def test_quick_program_then_full_gives_the_draws_of_the_full(programs_in, monkey
         # (first read: the initial trees, for the progress's leaves per tree)
         assert events[:4] == ['read', 'quick', 'read', 'full']
     assert len(list(programs_in.glob('mcmc_chunk-*.bartz-program'))) == 1
-    _programs._LOADED.cache_clear()
+    memory.clear_programs()
     calls.clear()
     again = gbart(x, y, **kwargs)  # the stored full program
     assert calls == []  # loaded, not compiled
@@ -716,7 +704,6 @@ def test_quick_options_policy(monkeypatch):
     """Quick first programs, when switched on, for short runs on CPU with a
     checked jaxlib."""
     from bartz._compile import options as xla_options  # noqa: PLC0415
-    from bartz._compile import programs as _programs  # noqa: PLC0415
 
     monkeypatch.delenv('BARTZ_QUICK_COMPILE', raising=False)
     assert xla_options.quick_options(1024, 300, 200, 1) is None  # off by default
@@ -737,9 +724,8 @@ def test_quick_options_policy(monkeypatch):
     for value in ('1', 'TRUE', ' yes '):
         monkeypatch.setenv('BARTZ_QUICK_COMPILE', value)
         assert xla_options.quick_options(1024, 300, 200, 1) == quick
-    monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', ())
-    assert xla_options.quick_options(1024, 300, 200, 1) is None
-    monkeypatch.setattr(_programs, 'QUICK_CHECKED_JAXLIB', (jaxlib.__version__,))
+    assert not _programs.quick_allowed(checked_jaxlib=())
+    assert _programs.quick_allowed(checked_jaxlib=(jaxlib.__version__,))
     monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
     assert xla_options.quick_options(1024, 300, 200, 1) is None
 
@@ -749,13 +735,11 @@ def test_quick_option_unknown_to_xla_compiles_as_usual(programs_in):
     compiled at once, as without them, and stored."""
     import numpy as np  # noqa: PLC0415
 
-    from bartz._compile import programs as _programs  # noqa: PLC0415
-
     shift = np.random.default_rng().uniform()  # a program no earlier run compiled
     f = _programs.persistent_jit(lambda x, shift: x + shift, 'test-quick-unknown', shift=shift)
     out = f(np.arange(3.0), quick={'xla_no_such_option': True})
     np.testing.assert_allclose(out, np.arange(3.0) + shift, rtol=1e-6)
-    assert _programs._BACKGROUND == [] or not any(t.is_alive() for t in _programs._BACKGROUND)
+    assert not any(t.is_alive() for t in _programs.background_compilations())
     assert len(list(programs_in.glob('test-quick-unknown-*'))) == 1
 
 
@@ -776,7 +760,7 @@ with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     fit = bartz.gbart(x, y, ntree=5, nskip=5, ndpost=20, printevery=None, seed=1)
 from bartz._compile import programs as _programs
-quick = any(t.name.startswith('bartz-compile-mcmc_chunk') for t in _programs._BACKGROUND)
+quick = any(t.name.startswith('bartz-compile-mcmc_chunk') for t in _programs.background_compilations())
 print(json.dumps({'traced': sorted(set(traced)), 'draws': np.asarray(fit.yhat_train).tolist(), 'quick': quick}))
 """
 

@@ -146,8 +146,7 @@ from pathlib import Path
 
 import jax
 
-from bartz._compile import programs as _programs
-from bartz._compile import settings
+from bartz._compile import memory, settings
 from bartz._compile.settings import Limits, MemoryMapsWarning, cache_dir, limits  # noqa: F401, public here
 
 __all__ = [
@@ -235,7 +234,7 @@ def set_limits(*, max_programs=_UNCHANGED, maps_fraction=_UNCHANGED) -> Limits:
             maps_fraction = float(maps_fraction)
         new = new._replace(maps_fraction=maps_fraction)
     old = settings.replace_limits(new)
-    _programs.apply_limits()
+    memory.apply_limits()
     return old
 
 
@@ -249,29 +248,37 @@ def programs_in_memory() -> int:
     switch ``bartz._compile.programs.enabled = False``, JAX's jit holds them
     instead, and this is 0.)
     """
-    return _programs.programs_in_memory()
+    return memory.programs_in_memory()
 
 
-def _default_dir() -> str:
+def default_dir(platform: str | None = None) -> str:
     """Return the directory that bartz uses for the cache unless told otherwise.
+
+    What `enable` uses without a path (not in ``__all__``).
+
+    Parameters
+    ----------
+    platform
+        The operating system, as `sys.platform` names it; None: this one.
 
     Returns
     -------
     ``BARTZ_CACHE_DIR`` if set, else ``bartz/jax-<jax version>`` under the
-    user's cache directory.
+    user's cache directory of `platform`.
     """
     env = os.environ.get(settings.ENV_DIR, '').strip()
     if env:
         return os.path.expanduser(env)
-    return os.fspath(_user_cache_root() / 'bartz' / f'jax-{jax.__version__}')
+    root = _user_cache_root(sys.platform if platform is None else platform)
+    return os.fspath(root / 'bartz' / f'jax-{jax.__version__}')
 
 
-def _user_cache_root() -> Path:
-    """The platform's per-user cache directory, as platformdirs finds it."""
-    if sys.platform == 'win32':
+def _user_cache_root(platform: str) -> Path:
+    """The per-user cache directory of `platform`, as platformdirs finds it."""
+    if platform == 'win32':
         local = os.environ.get('LOCALAPPDATA')
         return Path(local) if local else Path.home() / 'AppData' / 'Local'
-    if sys.platform == 'darwin':
+    if platform == 'darwin':
         return Path.home() / 'Library' / 'Caches'
     xdg = os.environ.get('XDG_CACHE_HOME', '')
     # The XDG spec says to ignore relative paths.
@@ -305,7 +312,7 @@ def enable(path: str | os.PathLike | None = None) -> str | None:
     """
     if path is None:
         try:
-            path = _default_dir()
+            path = default_dir()
         except RuntimeError as exc:  # Path.home() without a home directory
             settings.warn_once('<user cache directory>', f'the home directory is unknown ({exc})')
             return cache_dir()
@@ -348,7 +355,7 @@ def _setup_default() -> None:
 
     Never raises, except for a warning that the user turned into an error.
     """
-    if _switched_off():
+    if switched_off():
         return
     if cache_dir() is not None or not jax.config.jax_enable_compilation_cache:
         return  # the user's configuration
@@ -360,8 +367,17 @@ def _setup_default() -> None:
         settings.warn_once('<default>', f'setting it up failed: {type(exc).__name__}: {exc}')
 
 
-def _switched_off() -> bool:
-    """Whether ``BARTZ_COMPILATION_CACHE`` switches the cache off; warn if not understood."""
+def switched_off() -> bool:
+    """Return whether ``BARTZ_COMPILATION_CACHE`` switches the cache off.
+
+    What the set-up at ``import bartz`` asks (not in ``__all__``).
+
+    Returns
+    -------
+    True for ``0``, ``false``, ``off``, ``no`` (any case, spaces around);
+    False for ``1``, ``true``, ``on``, ``yes``, the empty value or no value,
+    and for a value not understood, with a warning.
+    """
     value = os.environ.get(settings.ENV_SWITCH, '')
     switch = value.strip().lower()
     if switch in settings.OFF_VALUES:

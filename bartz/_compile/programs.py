@@ -8,21 +8,13 @@ Python function first; for the MCMC loop that is most of a second fit in a
 new process. `persistent` wraps a jitted function so that its
 compiled executable is stored, with the pytree structures of its inputs and
 outputs, in a ``bartz-programs`` folder inside the cache directory, under a
-key made of everything the program depends on:
-
-- the source of bartz (a hash of its ``.py`` files), the versions of JAX,
-  jaxlib and Python, the platform and its devices, the CPU (machine type
-  and instruction set flags) and ``XLA_FLAGS``;
-- the JAX settings that change what is traced (``jax_enable_x64``, the
-  random number generator, the promotion rules, ...);
-- the name of the program, its static settings, and the shapes, dtypes,
-  shardings and pytree structure of its arguments.
+key made of everything the program depends on (`bartz._compile.keys`).
 
 A new process with the same key loads the executable (deserialising it,
 a few tenths of a second) instead of tracing, lowering and fetching it from
 JAX's cache. The layer is on when and where JAX's persistent cache is on,
 and off with it, for programs that run on one CPU or GPU device
-(`_PLATFORMS`: where it was checked; not on a mesh of several devices).
+(`keys.PLATFORMS`: where it was checked; not on a mesh of several devices).
 A program that cannot be stored, or a stored file that cannot be read,
 never breaks a fit: the program is compiled as usual (a failed write
 warns once per directory).
@@ -36,28 +28,18 @@ the process run their code. So they are read and written only where
 directories above them safe from others), also in a directory that the
 user configured in JAX; elsewhere a warning says why, once.
 
-The programs of this process are kept in memory (`_LOADED`), also where
-the cache is off (then compiled ahead of time in memory, as plain jit
-would, and not stored), at most ``compile_cache.limits().max_programs``
-of them: beyond, the least recently used is dropped, with the caches of
-the jitted function it came from (which hold its executable too). A long
-session that fits many settings thus holds a bounded number of them,
-where each would keep memory and a few hundred memory mappings
-(`watch_maps` is the last resort for what bartz does not track).
-
-(Over 600 lines: the programs kept in memory, their keys and their files
-share one table of keys and its locks.)
+The programs of this process are kept in memory (`bartz._compile.memory`),
+also where the cache is off (then compiled ahead of time in memory, as
+plain jit would, and not stored), at most
+``compile_cache.limits().max_programs`` of them: beyond, the least
+recently used is dropped, with the caches of the jitted function it came
+from (which hold its executable too).
 """
 
-import collections
 import contextlib
 import functools
-import gc
-import hashlib
 import os
 import pickle
-import platform
-import sys
 import tempfile
 import threading
 import warnings
@@ -68,225 +50,17 @@ from pathlib import Path
 import jax
 import jaxlib
 
-from bartz import _warn
-from bartz._compile import settings
+from bartz._compile import memory, settings
+from bartz._compile.keys import PLATFORMS, program_key
+from bartz._compile.memory import watch_maps  # noqa: F401, where the package calls it
 
-# Bump to ignore every file written by earlier layouts.
-_FORMAT = 2
 _SUBDIR = settings.PROGRAMS_SUBDIR
 _SUFFIX = '.bartz-program'
 
-# Public JAX settings that change what a function traces to.
-_TRACE_SETTINGS = (
-    'jax_enable_x64',
-    'jax_default_prng_impl',
-    'jax_threefry_partitionable',
-    'jax_numpy_rank_promotion',
-    'jax_numpy_dtype_promotion',
-    'jax_default_matmul_precision',
-    'jax_debug_nans',
-    'jax_debug_infs',
-    'jax_enable_checks',
-    'jax_legacy_prng_key',
-    'jax_enable_custom_prng',
-)
-
-
-class _Loaded:
-    """The compiled programs of this process, by key, the least recently
-    used first, at most ``compile_cache.limits().max_programs``; cleared by
-    `jax.clear_caches` like JAX's own, so that a long session can release
-    them (each keeps memory mappings and code)."""
-
-    def __init__(self):
-        self.programs: collections.OrderedDict[str, object] = collections.OrderedDict()
-        self.jitted: dict[str, Callable] = {}  # the jitted function of each
-        self.lock = threading.Lock()
-
-    def get(self, key: str):
-        """The program of `key`, now the most recently used, or None."""
-        with self.lock:
-            program = self.programs.get(key)
-            if program is not None:
-                self.programs.move_to_end(key)
-            return program
-
-    def keep(self, key: str, program, jitted: Callable):
-        """Keep `program` (or return the one kept already under `key`),
-        dropping the least recently used beyond the limit."""
-        with self.lock:
-            program = self.programs.setdefault(key, program)
-            self.programs.move_to_end(key)
-            self.jitted[key] = jitted
-            dropped = self._over_limit()
-        _release(dropped)
-        return program
-
-    def replace(self, key: str, program) -> None:
-        """Put `program` in place of the one of `key`, if still kept."""
-        with self.lock:
-            if key in self.programs:
-                self.programs[key] = program
-
-    def enforce(self) -> None:
-        with self.lock:
-            dropped = self._over_limit()
-        _release(dropped)
-
-    def _over_limit(self) -> list[Callable]:
-        limit = settings.limits().max_programs
-        dropped = []
-        while limit is not None and len(self.programs) > limit:
-            key, _ = self.programs.popitem(last=False)
-            dropped.append(self.jitted.pop(key))
-            with _LOCK:
-                _KEY_LOCKS.pop(key, None)
-        return dropped
-
-    def cache_clear(self):
-        with self.lock:
-            self.programs.clear()
-            self.jitted.clear()
-
-    def cache_info(self):
-        return f'{len(self.programs)} bartz programs'
-
-    def cache_keys(self):
-        return list(self.programs)
-
-
-def _release(jitteds: list[Callable]) -> None:
-    """Clear the caches of the jitted functions of dropped programs: JAX
-    holds each executable too, through the traced and lowered program
-    cached for its function (jax 0.10.2: ``clear_cache`` clears the
-    function's compiled and traced programs), so dropping bartz's reference
-    alone would free nothing. Programs of the same function still kept by
-    bartz are not affected (bartz holds them); the function traces again
-    for a new one."""
-    for jitted in {id(j): j for j in jitteds}.values():
-        clear = getattr(jitted, 'clear_cache', None)
-        if clear is not None:
-            clear()
-
-
-_LOADED = _Loaded()
-try:  # jax 0.10.2 (private): let jax.clear_caches() clear ours too
-    from jax._src import util as _jax_util
-
-    _jax_util.register_cache(_LOADED, 'bartz._compile.programs')
-except (ImportError, AttributeError):  # pragma: no cover, a future JAX
-    pass
-
-
-def apply_limits() -> None:
-    """Drop what is beyond ``compile_cache.limits()`` now, and count the
-    mappings at the next call of `watch_maps` (called by
-    `bartz.compile_cache.set_limits`)."""
-    _LOADED.enforce()
-    _Maps.skip = 0
-
-
-def programs_in_memory() -> int:
-    """The number of programs kept in `_LOADED`."""
-    with _LOADED.lock:
-        return len(_LOADED.programs)
-
-
-class _Maps:
-    warned = False  # `watch_maps` warns once per process
-    skip = 0  # calls of `watch_maps` left before it counts again
-
-
-# Generously more mappings than one fit or prediction adds (about 300 for
-# an MCMC loop): `watch_maps` counts again only after as many calls as
-# could, at this many each, fill the margin left below its threshold
-# (reading ``/proc/self/maps`` takes time in proportion to the mappings).
-_MAPS_PER_CALL = 2_000
-
-
-def watch_maps() -> None:
-    """The last resort against Linux's limit of memory mappings, called
-    where a fit or a prediction starts, before it compiles anything.
-
-    Every compiled XLA CPU program keeps a few memory mappings per kernel
-    (jaxlib 0.10.2),
-    and at ``vm.max_map_count`` (65,530 by default) XLA's compiler aborts
-    the process (``LLVM ERROR: Unable to allocate section memory!``, no
-    Python traceback). bartz bounds its own programs (`_LOADED`), but not
-    those of its other jitted functions or of other JAX code: above
-    ``compile_cache.limits().maps_fraction`` of the limit, clear all of
-    JAX's in-memory caches, and warn the first time. Off where
-    ``/proc/self/maps`` cannot be read (not Linux)."""
-    fraction = settings.limits().maps_fraction
-    limit = _max_map_count()
-    if fraction is None or limit is None:
-        return
-    if _Maps.skip > 0:
-        _Maps.skip -= 1
-        return
-    count = map_count()
-    threshold = fraction * limit
-    if count is None or count <= threshold:
-        _Maps.skip = 0 if count is None else int((threshold - count) // _MAPS_PER_CALL)
-        return
-    jax.clear_caches()
-    _LOADED.cache_clear()  # (also if a future JAX no longer clears registered caches)
-    gc.collect()  # executables in reference cycles keep their mappings until collected
-    if _Maps.warned:
-        return
-    _Maps.warned = True
-    after = map_count()
-    warnings.warn(
-        f'this process held {count:,} memory mappings, more than {fraction:.0%} of Linux\'s limit '
-        f'(vm.max_map_count = {limit:,}), at which XLA\'s compiler aborts the process: bartz cleared '
-        f'the compiled programs of JAX from memory (jax.clear_caches(); {after:,} mappings now). The '
-        f'next fits compile their programs again, or load them from the compilation cache. This '
-        f'warning is given once; bartz.compile_cache.set_limits(maps_fraction=...) sets the share.',
-        settings.MemoryMapsWarning,
-        stacklevel=_warn.user_stacklevel(),
-    )
-
-
-def map_count() -> int | None:
-    """The number of memory mappings of this process, or None where the
-    OS does not tell (only Linux's ``/proc/self/maps``, a line each)."""
-    try:
-        with open('/proc/self/maps', 'rb') as file:
-            return file.read().count(b'\n')
-    except OSError:
-        return None
-
-
-@functools.cache
-def _max_map_count() -> int | None:
-    """Linux's ``vm.max_map_count``, or None where unknown."""
-    try:
-        return int(Path('/proc/sys/vm/max_map_count').read_text())
-    except (OSError, ValueError):
-        return None
-
-
-# Switched off by the test suite, whose tests patch traced code in place.
+# False: bartz's programs are compiled as jit does, neither loaded nor kept
+# (for a test that patches traced code, which a program's key cannot see:
+# the `traced_code_patched` fixture of tests/conftest.py).
 enabled = True
-
-# Where stored programs were checked to run: a broken serialisation fails
-# only at run time, after the donated inputs are gone, so it cannot be
-# caught and compiled again. Checked on CPU (jaxlib 0.10.2) and a CUDA GPU
-# (jaxlib 0.11.2: no tracing in a new process, the same draws, a damaged
-# file compiled again); TPUs are not.
-_PLATFORMS = ('cpu', 'gpu')
-
-_LOCK = threading.Lock()  # guards _KEY_LOCKS
-_KEY_LOCKS: dict[str, threading.Lock] = {}
-
-
-def _key_lock(key: str) -> threading.Lock:
-    """The lock of one program: chains on threads compile or load it once,
-    and a program compiled ahead (`persistent`'s ``prepare``) on another
-    thread does not hold up the others."""
-    with _LOCK:
-        return _KEY_LOCKS.setdefault(key, threading.Lock())
-
 
 def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
     """Wrap `jitted` (a `jax.jit` function) so that its compiled program is
@@ -312,7 +86,7 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
     `jitted` itself when the layer is off (`enabled`, jit disabled, a
     platform not checked) or an argument is not a concrete array; with
     the cache off, it compiles the program in memory only (kept in
-    `_LOADED`, within the limit). Its ``prepare(*args)`` loads or compiles
+    `memory.LOADED`, within the limit). Its ``prepare(*args)`` loads or compiles
     the program for arguments that may be `jax.ShapeDtypeStruct` (with the
     sharding the arrays will have; None for numpy arrays) without running
     it, and returns whether the program is now ready; it is meant for a
@@ -323,11 +97,11 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
     def program_for(directory, key, args, quick=None):
         """The program, and a function that stores it if it was compiled
         afresh here (else None); `directory` None: in memory only."""
-        program = _LOADED.get(key)
-        store = None
+        program = memory.LOADED.get(key)
+        write = None
         if program is None:
-            with _key_lock(key):
-                program = _LOADED.get(key)
+            with memory.key_lock(key):
+                program = memory.LOADED.get(key)
                 if program is None:
                     program = None if directory is None else _load(directory, key)
                     if program is None:
@@ -341,31 +115,31 @@ def persistent(jitted: Callable, name: str, static: tuple) -> Callable:
                                 else _compile_quick_first(directory, key, lowered, quick, jitted)
                             )
                             if program is None:
-                                program, fresh = _compile_fresh(lowered)
+                                program, fresh = compile_fresh(lowered)
                                 if fresh:
-                                    store = functools.partial(_store, directory, key, program)
-                    program = _LOADED.keep(key, program, jitted)
-        return program, store
+                                    write = functools.partial(store, directory, key, program)
+                    program = memory.LOADED.keep(key, program, jitted)
+        return program, write
 
     @functools.wraps(jitted)
     def call(*args, quick: dict | None = None):
-        key = _key(name, static, args) if _tracked() else None
+        key = program_key(name, static, args) if tracked() else None
         if key is None:
             return jitted(*args)
-        program, store = program_for(_directory(), key, args, quick)
+        program, write = program_for(directory(), key, args, quick)
         out = program(*args)
-        if store is not None:
+        if write is not None:
             # written after the program is dispatched, while it runs
-            store()
+            write()
         return out
 
     def prepare(*args) -> bool:
-        key = _key(name, static, args) if _tracked() else None
+        key = program_key(name, static, args) if tracked() else None
         if key is None:
             return False
-        _, store = program_for(_directory(), key, args)
-        if store is not None:
-            store()
+        _, write = program_for(directory(), key, args)
+        if write is not None:
+            write()
         return True
 
     call.prepare = prepare
@@ -417,21 +191,29 @@ def _count_cache_hits(event: str, **_):
 jax.monitoring.register_event_listener(_count_cache_hits)
 
 
-# JAX writes no entry that compiled faster than this (tests lower it)
-_NO_WRITE_BELOW_SECS = float('inf')
-
-
 # Where a quick first program (`_compile_quick_first`) was checked to give
 # the draws of the full one bit for bit: jaxlib versions, on CPU.
 QUICK_CHECKED_JAXLIB = ('0.10.2',)
 
-_BACKGROUND: list[threading.Thread] = []  # compilations still running
+_BACKGROUND_LOCK = threading.Lock()
+_BACKGROUND: list[threading.Thread] = []  # compilations started (the ended ones pruned at each start)
 
 
-def quick_allowed() -> bool:
-    """Whether quick programs are switched on (``BARTZ_QUICK_COMPILE``, with
+def quick_allowed(checked_jaxlib: tuple[str, ...] = QUICK_CHECKED_JAXLIB) -> bool:
+    """Return whether quick first programs may be used.
+
+    Parameters
+    ----------
+    checked_jaxlib
+        The jaxlib versions where quick programs were checked.
+
+    Returns
+    -------
+    Whether quick programs are switched on (``BARTZ_QUICK_COMPILE``, with
     the values that switch the compilation cache on, the empty one aside)
-    and this jaxlib is one where they were checked."""
+    and this jaxlib is one of `checked_jaxlib`. A value that is not
+    understood warns, and leaves them off.
+    """
     value = os.environ.get('BARTZ_QUICK_COMPILE', '')
     switch = value.strip().lower()
     on = switch in settings.ON_VALUES - {''}
@@ -441,7 +223,7 @@ def quick_allowed() -> bool:
             f'set it to 1, true, on or yes to switch them on (or 0, false, off, no)',
             stacklevel=2,
         )
-    return on and jaxlib.__version__ in QUICK_CHECKED_JAXLIB
+    return on and jaxlib.__version__ in checked_jaxlib
 
 
 def _compile_quick_first(directory: Path, key: str, lowered, quick: dict, jitted: Callable):
@@ -456,22 +238,22 @@ def _compile_quick_first(directory: Path, key: str, lowered, quick: dict, jitted
     one program to the other between calls. The thread is not a daemon: a
     process that ends while it compiles waits for it."""
     try:
-        program, _ = _compile_fresh(lowered, quick)
+        program, _ = compile_fresh(lowered, quick)
     except Exception:  # noqa: BLE001, an option this XLA does not know
         return None
-    program = _LOADED.keep(key, program, jitted)
+    program = memory.LOADED.keep(key, program, jitted)
 
     def full():
         try:
-            better, fresh = _compile_fresh(lowered)
+            better, fresh = compile_fresh(lowered)
         except Exception:  # noqa: BLE001, keep the quick program
             return
-        _LOADED.replace(key, better)
+        memory.LOADED.replace(key, better)
         if fresh:
-            _store(directory, key, better)
+            store(directory, key, better)
 
     thread = threading.Thread(target=full, name=f'bartz-compile-{key[:24]}')
-    with _LOCK:
+    with _BACKGROUND_LOCK:
         _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()]
         _BACKGROUND.append(thread)
     thread.start()
@@ -481,16 +263,30 @@ def _compile_quick_first(directory: Path, key: str, lowered, quick: dict, jitted
 def wait_for_background(timeout: float | None = None) -> bool:
     """Wait for the full programs still compiling after quick ones; return
     whether none is left."""
-    with _LOCK:
+    with _BACKGROUND_LOCK:
         threads = list(_BACKGROUND)
     for thread in threads:
         thread.join(timeout)
     return not any(t.is_alive() for t in threads)
 
 
-def _compile_fresh(lowered, options: dict | None = None) -> tuple[object, bool]:
-    """Compile `lowered` with XLA, not from JAX's persistent cache; return
-    the program and whether it was compiled here.
+def background_compilations() -> list[threading.Thread]:
+    """Return the threads that compile full programs after quick ones.
+
+    Returns
+    -------
+    The threads started by `_compile_quick_first`, named
+    ``bartz-compile-<key>``; those that ended stay listed until another
+    starts.
+    """
+    with _BACKGROUND_LOCK:
+        return list(_BACKGROUND)
+
+
+def compile_fresh(
+    lowered, options: dict | None = None, *, no_write_below_secs: float = float('inf')
+) -> tuple[object, bool]:
+    """Compile `lowered` with XLA, not from JAX's persistent cache.
 
     An executable that JAX loaded from its cache serialises incompletely
     (jaxlib 0.10.2: the copy loaded from that serialisation fails at its
@@ -499,8 +295,25 @@ def _compile_fresh(lowered, options: dict | None = None) -> tuple[object, bool]:
     program's source locations, thread-local settings) that JAX never
     writes (no minimum compile time is reached), so it does not find the
     entry of the same program compiled by plain jit; if JAX's cache
-    answers all the same, the program is used but not stored. `options`:
-    XLA options added to those of the jitted function.
+    answers all the same, the program is used but not stored.
+
+    Parameters
+    ----------
+    lowered : jax.stages.Lowered
+        The lowered program.
+    options
+        XLA options added to those of the jitted function.
+    no_write_below_secs
+        JAX's minimum compile time for writing the entry of this key to
+        its cache: by default none is written (a finite value lets a test
+        make JAX's cache answer the next compilation).
+
+    Returns
+    -------
+    program : jax.stages.Compiled
+        The compiled program.
+    fresh : bool
+        Whether it was compiled here (False: JAX's cache answered).
     """
     contexts = []
     try:  # jax 0.10.2, private
@@ -508,7 +321,7 @@ def _compile_fresh(lowered, options: dict | None = None) -> tuple[object, bool]:
 
         contexts = [
             jax_config.compilation_cache_include_metadata_in_key(True),
-            jax_config.persistent_cache_min_compile_time_secs(_NO_WRITE_BELOW_SECS),
+            jax_config.persistent_cache_min_compile_time_secs(no_write_below_secs),
         ]
     except (ImportError, AttributeError):  # pragma: no cover, a future JAX
         pass
@@ -523,19 +336,48 @@ def _compile_fresh(lowered, options: dict | None = None) -> tuple[object, bool]:
     return program, _WATCH.cache_hits == 0
 
 
-def _tracked() -> bool:
-    """Whether the layer is on: programs compiled and kept by bartz (in
-    memory, and on disk with the cache)."""
-    return enabled and not jax.config.jax_disable_jit and jax.default_backend() in _PLATFORMS
+def tracked(platforms: tuple[str, ...] = PLATFORMS) -> bool:
+    """Return whether the layer is on: programs compiled and kept by bartz
+    (in memory, and on disk with the cache).
+
+    Parameters
+    ----------
+    platforms
+        The platforms where stored programs may run.
+
+    Returns
+    -------
+    Whether `enabled` is set, jit is not disabled and JAX's default backend
+    is one of `platforms`.
+    """
+    return enabled and not jax.config.jax_disable_jit and jax.default_backend() in platforms
 
 
-def _directory() -> Path | None:
-    """The folder of the programs, or None when the layer is off, the
-    cache too, or the folder is not trusted (then a warning, once)."""
-    if not _tracked():
-        return None
-    root = settings.cache_dir()
-    if root is None or '://' in root:  # remote filesystems: JAX's cache only
+def directory() -> Path | None:
+    """Return the folder of the stored programs in use.
+
+    Returns
+    -------
+    `programs_folder` of the cache directory, or None when the layer is off
+    (`tracked`).
+    """
+    return programs_folder(settings.cache_dir()) if tracked() else None
+
+
+def programs_folder(root: str | None) -> Path | None:
+    """Return the folder of the stored programs in a cache directory.
+
+    Parameters
+    ----------
+    root
+        The cache directory, or None where the cache is off.
+
+    Returns
+    -------
+    ``root/bartz-programs``, or None where `root` is None, on a remote
+    filesystem (JAX's cache only), or not trusted (then a warning, once).
+    """
+    if root is None or '://' in root:
         return None
     folder = Path(root) / _SUBDIR
     # also in a directory that the user gave JAX, which bartz did not check
@@ -544,70 +386,6 @@ def _directory() -> Path | None:
         settings.warn_once(os.fspath(folder), problem)
         return None
     return folder
-
-
-def _key(name: str, static: tuple, args: tuple) -> str | None:
-    """The file name of the program for `args`, or None if they are not
-    all concrete arrays (a tracer, a Python number: then jit decides)."""
-    leaves, treedef = jax.tree.flatten(args)
-    signature = [str(treedef)]
-    for leaf in leaves:
-        if isinstance(leaf, jax.core.Tracer) or not (hasattr(leaf, 'shape') and hasattr(leaf, 'dtype')):
-            return None
-        sharding = getattr(leaf, 'sharding', None)
-        devices = leaf.devices() if isinstance(leaf, jax.Array) else getattr(sharding, 'device_set', ())
-        if any(d.platform not in _PLATFORMS for d in devices):
-            return None
-        signature.append((
-            tuple(leaf.shape),
-            str(leaf.dtype),
-            bool(getattr(leaf, 'weak_type', False)),
-            None if sharding is None else repr(sharding),
-        ))
-    fingerprint = _fingerprint()
-    if fingerprint is None:
-        return None
-    settings = [(s, str(getattr(jax.config, s, None))) for s in _TRACE_SETTINGS]
-    text = repr((_FORMAT, fingerprint, os.environ.get('XLA_FLAGS', ''), settings, name, static, signature))
-    return f'{name}-{hashlib.sha256(text.encode()).hexdigest()[:40]}'
-
-
-@functools.cache
-def _fingerprint() -> tuple | None:
-    """What a stored program depends on that a process cannot change; None
-    if the source of bartz cannot be read."""
-    source = hashlib.sha256()
-    package = Path(__file__).resolve().parent.parent  # the whole bartz package
-    paths = sorted(package.rglob('*.py'))
-    if not paths:  # no sources to hash (a bytecode-only install): keep nothing
-        return None
-    try:
-        for path in paths:
-            source.update(path.relative_to(package).as_posix().encode())
-            source.update(path.read_bytes())
-    except OSError:
-        return None
-    devices = tuple((d.platform, d.device_kind, d.client.platform_version) for d in jax.devices())
-    return (
-        source.hexdigest(),
-        jax.__version__,
-        jaxlib.__version__,
-        sys.version,
-        platform.machine(),
-        _cpu_flags(),
-        devices,
-    )
-
-
-def _cpu_flags() -> str:
-    """The CPU's model and instruction set flags, where the OS tells them
-    (a program compiled for one CPU may not run on another)."""
-    try:
-        text = Path('/proc/cpuinfo').read_text()
-    except OSError:
-        return platform.processor()
-    lines = [line for line in text.splitlines() if line.startswith(('flags', 'Features', 'model name'))]
-    return hashlib.sha256('\n'.join(sorted(set(lines))).encode()).hexdigest()
 
 
 def _load(directory: Path, key: str):
@@ -632,8 +410,23 @@ def _load(directory: Path, key: str):
         return None
 
 
-def _store(directory: Path, key: str, program) -> None:
-    """Write `program` under `key`; warn once per directory if that fails."""
+def store(directory: Path, key: str, program) -> None:
+    """Write a compiled program to its file.
+
+    Parameters
+    ----------
+    directory
+        The folder of the stored programs, created if missing.
+    key
+        The program's key (`bartz._compile.keys.program_key`).
+    program : jax.stages.Compiled
+        The program, compiled afresh (`compile_fresh`).
+
+    Notes
+    -----
+    A program that cannot be serialised is not written (it is compiled
+    again next time); a write that fails warns once per directory.
+    """
     try:
         from jax.experimental import serialize_executable  # noqa: PLC0415
 
