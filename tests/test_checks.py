@@ -39,7 +39,7 @@ def no_sampler(monkeypatch):
 
 def test_seeds_below_2_64_have_their_own_keys():
     seeds = [0, 5, 2**32 - 1, 2**32, 2**32 + 5, 2**40 + 3, 2**63, 2**64 - 1]
-    words = [tuple(np.asarray(random.key_data(_checks._make_key(s))).tolist()) for s in seeds]
+    words = [tuple(np.asarray(random.key_data(_checks.make_key(s))).tolist()) for s in seeds]
     assert len(set(words)) == len(seeds)
     for s, w in zip(seeds, words, strict=True):
         assert w == (s >> 32, s & 0xFFFFFFFF)  # as jax.random.key of a 64-bit integer
@@ -47,7 +47,7 @@ def test_seeds_below_2_64_have_their_own_keys():
 
 def test_seeds_below_2_32_keep_jax_key():
     for s in (0, 99, 2**32 - 1):
-        assert_array_equal(random.key_data(_checks._make_key(s)), random.key_data(random.key(s)))
+        assert_array_equal(random.key_data(_checks.make_key(s)), random.key_data(random.key(s)))
 
 
 def test_seed_2_32_is_not_seed_0(data):

@@ -150,12 +150,12 @@ def test_decimals_are_numbers():
     assert_array_equal(fit_encoding(objects).encode(objects, 'x')[:, 0], values)
 
     y = [Decimal('0.1'), Decimal('2'), Decimal('-3.5')]
-    assert_array_equal(_checks._as_vector('y_train', pd.Series(y), 3), [0.1, 2.0, -3.5])
-    assert_array_equal(_checks._as_vector('y_train', pd.Series([0.1, 2, -3.5], dtype=object), 3), [0.1, 2.0, -3.5])
+    assert_array_equal(_checks.as_vector('y_train', pd.Series(y), 3), [0.1, 2.0, -3.5])
+    assert_array_equal(_checks.as_vector('y_train', pd.Series([0.1, 2, -3.5], dtype=object), 3), [0.1, 2.0, -3.5])
     with pytest.raises(ValueError, match='y_train must be finite'):
-        _checks._as_vector('y_train', pd.Series([Decimal('NaN'), *y[1:]]), 3)
+        _checks.as_vector('y_train', pd.Series([Decimal('NaN'), *y[1:]]), 3)
     with pytest.raises(TypeError, match='y_train must be numeric'):
-        _checks._as_vector('y_train', pd.Series(['a', 'b', 'c'], dtype=object), 3)
+        _checks.as_vector('y_train', pd.Series(['a', 'b', 'c'], dtype=object), 3)
     with pytest.raises(TypeError, match=r"x_train column 'a' has values of type object;"):
         fit_encoding(pd.DataFrame({'a': [object()] * 4}), 'x_train')
 

@@ -23,6 +23,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from bartz import BARTFit, diagnostics, gbart
 from bartz.run import loop as mcmcloop
 from bartz.api import fit as fit_mod
+from bartz.api import packaging
 from bartz.api import predict as predict_mod
 from bartz.diagnostics import ConvergenceWarning
 
@@ -90,7 +91,7 @@ def assert_same_draws(fit, reference, names):
 def test_interrupt_while_predicting_at_x_test(monkeypatch, capsys, data, reference):
     """The fit keeps its draws; yhat_test is None, and predict computes it."""
     x, y, x_test = data
-    monkeypatch.setattr(BARTFit, '_evaluate', raise_interrupt)
+    monkeypatch.setattr(packaging, 'evaluate_fit', raise_interrupt)
     fit = fit_keeping(x, y, x_test=x_test, **SMALL)
     monkeypatch.undo()
     assert isinstance(fit, BARTFit)
@@ -128,7 +129,7 @@ def test_interrupt_while_collecting_the_splits(monkeypatch, capsys, data, refere
     """A Ctrl-C in an early stage: sigma is kept, the later stages are
     skipped (None), and the trees predict."""
     x, y, x_test = data
-    monkeypatch.setattr(fit_mod, '_set_variable_use', raise_interrupt)
+    monkeypatch.setattr(packaging, 'set_variable_use', raise_interrupt)
     fit = fit_keeping(x, y, x_test=x_test, **SMALL)
     assert_same_draws(fit, reference, ['sigma', 'sigma_', 'sigma_mean'])
     missing = ('varcount', 'varcount_mean', 'varprob', 'varprob_mean', 'rm_const')
@@ -192,7 +193,7 @@ def test_binary_fit_interrupted_at_x_test(monkeypatch, capsys, data):
     """Probit: prob_train is kept, the probabilities at x_test are None,
     and predict computes them; the means are float64."""
     x, y, x_test = data
-    monkeypatch.setattr(BARTFit, '_evaluate', raise_interrupt)
+    monkeypatch.setattr(packaging, 'evaluate_fit', raise_interrupt)
     fit = fit_keeping(x, (y > np.median(y)).astype(float), x_test=x_test, type='pbart', **SMALL)
     monkeypatch.undo()
     assert fit.prob_train.shape == (fit.ndpost, N)
@@ -216,7 +217,7 @@ def test_two_chains_interrupted_twice_count_all_draws(monkeypatch, capsys, data)
             raise KeyboardInterrupt
 
     monkeypatch.setattr(mcmcloop.Progress, 'update', update)
-    monkeypatch.setattr(BARTFit, '_evaluate', raise_interrupt)
+    monkeypatch.setattr(packaging, 'evaluate_fit', raise_interrupt)
     fit = fit_keeping(x, y, x_test=x_test, **{**SMALL, 'mc_cores': 2, 'printevery': 10})
     monkeypatch.undo()
     assert fit.ndpost == 2 * 10

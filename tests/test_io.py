@@ -17,7 +17,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import bartz
-from bartz.api import fit as fit_mod
+from bartz.api import packaging
 from bartz import gbart
 from bartz.api import io
 
@@ -523,27 +523,27 @@ def test_device_is_refused():
         bartz.load('/dev/null')
 
 
-@pytest.mark.parametrize('stage', ['_set_variable_use', 'x_test'])
+@pytest.mark.parametrize('stage', ['set_variable_use', 'x_test'])
 def test_interrupted_fit_saves_and_loads(monkeypatch, tmp_path, stage, capsys):
     """A fit that a Ctrl-C cut short (its later attributes None, listed in
     ``run_info.missing``) is saved and loaded with them None, and predicts
     as the original."""
     df, y = _data()
     if stage == 'x_test':
-        evaluate = fit_mod.BARTFit._evaluate
+        evaluate = packaging.evaluate_fit
 
-        def interrupt_x_test(self, X, m, *args, **kwargs):
+        def interrupt_x_test(fit, X, m, *args, **kwargs):
             if m == 30:
                 raise KeyboardInterrupt
-            return evaluate(self, X, m, *args, **kwargs)
+            return evaluate(fit, X, m, *args, **kwargs)
 
-        monkeypatch.setattr(fit_mod.BARTFit, '_evaluate', interrupt_x_test)
+        monkeypatch.setattr(packaging, 'evaluate_fit', interrupt_x_test)
     else:
 
         def interrupt(*args, **kwargs):
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(fit_mod, stage, interrupt)
+        monkeypatch.setattr(packaging, stage, interrupt)
     cut = gbart(df, y, x_test=df.iloc[:30], seed=0, **SMALL)
     monkeypatch.undo()
     assert cut.run_info.missing

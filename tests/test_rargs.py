@@ -250,7 +250,7 @@ def test_ols_sigest_matches_least_squares_with_aliased_columns():
     the residual sd of LAPACK's least squares, rank-deficient designs
     included: a column equal to a sum of others, a constant column and a
     column of large values far from 0 count as R's ``lm`` counts them."""
-    from bartz.prep.priors import _ols_sigest  # noqa: PLC0415
+    from bartz.prep.priors import ols_sigest  # noqa: PLC0415
 
     rng = np.random.default_rng(2)
 
@@ -262,10 +262,10 @@ def test_ols_sigest_matches_least_squares_with_aliased_columns():
 
     x = rng.normal(size=(80, 4)) * [1e-3, 1.0, 1e3, 5.0] + [0.0, 2e3, -1e5, 1.0]
     y = x @ rng.normal(size=4) + rng.normal(size=80)
-    assert _ols_sigest(x, y) == pytest.approx(reference(x, y), rel=1e-9)
+    assert ols_sigest(x, y) == pytest.approx(reference(x, y), rel=1e-9)
     aliased = np.column_stack([x, x[:, 1] - 2 * x[:, 3], np.full(80, 7.0), np.full(80, 0.1)])
-    assert _ols_sigest(aliased, y) == pytest.approx(reference(x, y), rel=1e-9)
-    assert _ols_sigest(np.full((80, 2), 0.1), y) == pytest.approx(np.std(y, ddof=1), rel=1e-12)
+    assert ols_sigest(aliased, y) == pytest.approx(reference(x, y), rel=1e-9)
+    assert ols_sigest(np.full((80, 2), 0.1), y) == pytest.approx(np.std(y, ddof=1), rel=1e-12)
 
 
 def test_lambda_and_sigdf_prior_dominates(data):

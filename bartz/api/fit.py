@@ -2,36 +2,32 @@
 
 `BARTFit` has R's attribute names (``yhat_train``, ``sigma``, ``varcount``,
 ...). Every attribute is declared, with a one-line description, in
-``BARTFit.__slots__``; `package` is the only code that sets them after a
-run, and `bartz.io.load` after reading a file. Attributes that do not apply
+``BARTFit.__slots__``; `package` (with its stages, `bartz.api.packaging`)
+is the only code that sets them after a run, and `bartz.io.load` after
+reading a file. Attributes that do not apply
 to the outcome type are left unset, as R's result lacks them (e.g.
 ``sigma`` of a probit fit): reading one is an `AttributeError`. Attributes
 that a Ctrl-C left uncomputed are None (listed in ``run_info.missing``,
 see `package`).
 """
 
-import contextlib
-import signal
 import sys
-import threading
 import warnings
-from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from collections.abc import Iterable
 
-import jax
 import numpy as np
 import pandas as pd
 
-from bartz import _warn, diagnostics
+from bartz import diagnostics
 from bartz._compile import programs as _programs
-from bartz.api import _fitfile, partial
-from bartz.prep import sizes as buckets
-from bartz.forest import grove
-from bartz.prep import cutpoints as prepcovars
-from bartz.prep import priors
-from bartz.prep import encoding as encoding_mod
+from bartz.api import _fitfile, packaging, partial
 from bartz.api import predict as predict_mod
-from bartz.prep.checks import _check_bool, _check_int, _make_key
+from bartz.api.packaging import STAGES, bin_matrix, link_params, warn_convergence, x_test_link  # noqa: F401
+from bartz.forest import grove
+from bartz.prep import encoding as encoding_mod
+from bartz.prep import priors
+from bartz.prep import sizes as buckets
+from bartz.prep.checks import _check_bool, _check_int, make_key
 
 __all__ = ['STAGES', 'BARTFit', 'package', 'warn_convergence']
 
@@ -241,17 +237,9 @@ class BARTFit:
             )
             raise ValueError(msg)
         max_memory = _check_int('max_memory', max_memory, 1)
-        key = _make_key(seed)
+        key = make_key(seed)
         key = key if predictive else None
         return {'kind': kind, 'q': q, 'predictive': bool(predictive), 'key': key, 'max_memory': max_memory}
-
-    def _evaluate(self, X, m, kind, max_memory, link):
-        """Evaluate the trace at the binned points `X` (padded), keep the first
-        `m` (`bartz.api.predict.evaluate_binned`: the pipeline of `predict`)."""
-        params = link_params(link, self.offset, self._scale)
-        return predict_mod.evaluate_binned(
-            X, m, self._trace, kind=kind, link=link, link_params=params, max_memory=max_memory, mesh=self._mesh
-        )
 
     def partial_dependence(self, x, var, grid=None, *, kind='mean', level=0.95, max_memory=64 * 2**20):
         """Posterior of the partial dependence on one or two predictors, as
@@ -427,150 +415,10 @@ class BARTFit:
         elif X is not None:
             m = points.size
             Xc = np.pad(np.asarray(X)[:, points], ((0, 0), (0, buckets.bucket_length(m) - m)))
-            f = self._evaluate(Xc, m, 'draws', grove.DEFAULT_MAX_MEMORY, link=None)
+            f = packaging.evaluate_fit(self, Xc, m, 'draws', grove.DEFAULT_MAX_MEMORY, link=None)
         else:
             return sigma, None
         return sigma, f.reshape(self.chains, self.ndpost // self.chains, -1)
-
-
-def warn_convergence(fit: BARTFit, X=None) -> None:
-    """Warn a `bartz.diagnostics.ConvergenceWarning` if `fit` fails the
-    checks of `bartz.diagnostics.convergence_problems`: R-hat of sigma and
-    of f at (at most) 100 fixed training points, ESS of sigma. `X`: the
-    binned training points, used when ``yhat_train`` was not saved.
-
-    The check never loses the fit: draws with NaN or infinite values are
-    warned as such (a `RuntimeWarning`: nothing computed from them can be
-    trusted) instead of checked; a Ctrl-C skips the check, says so on
-    stderr and records it in ``fit.run_info`` (as `package` does); any
-    other failure is warned. After a Ctrl-C that stopped `package`, the
-    check does not run."""
-    info = fit.run_info
-    if info is not None and info.interrupted_in in STAGES:  # the user asked to stop
-        return
-    try:
-        sigma, f = fit._convergence_draws(X)  # noqa: SLF001
-        message = _nonfinite_message(sigma, f)
-        if message:
-            warnings.warn(message, RuntimeWarning, stacklevel=_warn.user_stacklevel())
-            return
-        problems = diagnostics.convergence_problems(sigma, f)
-    except KeyboardInterrupt:
-        _record_interrupt(fit, 'convergence check', (), ('fit.diagnostics() checks it',))
-        return
-    except Exception as exc:  # noqa: BLE001: a diagnostic must not lose the run
-        msg = f'bartz: the convergence check failed ({type(exc).__name__}: {exc}); the fit is returned unchecked'
-        warnings.warn(msg, RuntimeWarning, stacklevel=_warn.user_stacklevel())
-        return
-    if problems:
-        msg = diagnostics._convergence_message(problems)  # noqa: SLF001
-        warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=_warn.user_stacklevel())
-
-
-def _nonfinite_message(sigma, f) -> str | None:
-    """The warning for the draws checked for convergence (`warn_convergence`)
-    if some are NaN or infinite, else None."""
-    counts = []
-    if sigma is not None:
-        counts.append(('sigma', np.size(sigma) - int(np.count_nonzero(np.isfinite(sigma)))))
-    if f is not None:
-        counts.append((f'f at {f.shape[-1]} training points', f.size - int(np.count_nonzero(np.isfinite(f)))))
-    bad = [f'{count} of {name}' for name, count in counts if count]
-    if not bad:
-        return None
-    return (
-        f'bartz: the draws contain NaN or infinite values ({", ".join(bad)}): convergence was not checked, '
-        'and any conclusion drawn from these draws is at risk. The float32 computations overflowed, in '
-        'the sampler or in the draws: rescale y_train, or check the priors (k, tau_num, sigest, lambda_).'
-    )
-
-
-STAGES = {
-    'trees': 'moving the trees to the device',
-    'sigma': 'collecting the draws of sigma',
-    'variable use': 'collecting the splits per predictor',
-    'yhat_train': 'computing yhat_train',
-    'x_test': 'predicting at x_test',
-    'convergence check': 'checking convergence',
-}
-"""The stages of `package`, in the order they run, and the convergence
-check (`warn_convergence`), with what the message of a Ctrl-C in each says
-the fit was doing; ``fit.run_info.interrupted_in`` is one of these names
-(or ``'sampling'``, `bartz.mcmcloop.run_mcmc`)."""
-
-
-class _Stage(NamedTuple):
-    """A stage of `package`: its name (a key of `STAGES`), the attributes it
-    sets, the function that sets them, and how to compute them otherwise."""
-
-    name: str
-    attributes: tuple
-    compute: Callable[[], None]
-    recover: str | None = None
-
-
-def _run_stages(fit: BARTFit, stages: list) -> tuple[str | None, list, list]:
-    """Run the `_Stage` s in order, until a Ctrl-C.
-
-    After a `KeyboardInterrupt` (in a stage or between two), the later
-    stages do not run: their attributes, and those of the stage it stopped
-    that were not set yet, are set to None. (Each attribute is set by one
-    assignment of a finished value: one that is set is right.) Returns the
-    stage stopped (None if none), the attributes left None and how to
-    compute them."""
-    done = 0
-    try:
-        for stage in stages:
-            stage.compute()
-            done += 1
-    except KeyboardInterrupt:
-        missing, recover = [], []
-        for stage in stages[done:]:
-            unset = [name for name in stage.attributes if not hasattr(fit, name)]
-            for name in unset:
-                setattr(fit, name, None)
-            missing += unset
-            if unset and stage.recover:
-                recover.append(stage.recover)
-        return stages[min(done, len(stages) - 1)].name, missing, recover
-    return None, [], []
-
-
-def _record_interrupt(fit: BARTFit, stage: str, missing, recover) -> None:
-    """Say on stderr what a Ctrl-C in `stage` (of `STAGES`) left out of
-    `fit`, and record it in ``fit.run_info``."""
-    if fit.run_info is not None:
-        fit.run_info = fit.run_info._replace(interrupted=True, interrupted_in=stage, missing=tuple(missing))
-    msg = f'bartz: interrupted by Ctrl-C while {STAGES[stage]}; returning the fit with its {fit.ndpost} draws'
-    if stage == 'convergence check':
-        msg += ', unchecked'
-    notes = list(recover)
-    if missing:
-        msg += f', without {", ".join(missing)}'
-        notes.insert(0, 'left None')
-    if notes:
-        msg += f' ({"; ".join(notes)})'
-    print(msg + '.', file=sys.stderr)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred():
-    """Hold a Ctrl-C (SIGINT) back until the end of the block, and raise it
-    there: for a block that must not stop half way (an update in place of
-    the run's only copy of the draws). Signals reach the main thread only;
-    elsewhere, or where Python does not handle SIGINT, this does nothing."""
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
-        yield
-        return
-    received = []
-    signal.signal(signal.SIGINT, lambda signum, frame: received.append((signum, frame)))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        previous(*received[0])
 
 
 def package(
@@ -611,176 +459,38 @@ def package(
     cannot hold ``offset + scale * f`` or its sum over draws (y near 1e38
     or below 1e-38). The draws stay float32.
     """
-    is_binary = outcome.binary
-    offset, scale = prior.offset, prior.scale
-    mc_cores = settings.mc_cores
-    max_memory = settings.max_memory
-    ndraws = int(trace.leaf_tree.shape[0])
-    fit = BARTFit()
     try:
-        fit.type = outcome.name
-        fit.ndpost = ndraws
-        fit.ntree = settings.ntree
-        fit.chains = mc_cores
-        fit.offset = float(offset)
-        fit.sigest = prior.sigest
-        fit.k = settings.k
-        fit.power = settings.power
-        fit.base = settings.base
-        fit.sigdf = settings.sigdf
-        fit.sigquant = settings.sigquant
-        fit.lambda_ = prior.lambda_
-        fit.tau_num = prior.tau_num
-        fit.numcut = splits.max_split
-        fit.xinfo = splits.splits
-        fit._scale = scale
-        fit._n = n
-        fit._encoding = encoding
-        fit._kept = kept
-        fit._splits = splits
-        fit._mesh = mesh
-        fit.run_info = info
-        fit.accept_rate = {
-            'grow': info.grow_accepted / max(info.grow_proposed, 1),
-            'prune': info.prune_accepted / max(info.prune_proposed, 1),
-            'change': info.change_accepted / max(info.change_proposed, 1),
-            'swap': info.swap_accepted / max(info.swap_proposed, 1),
-        }
-        fit.elapsed = info.elapsed
-        # on the host, enough for predict (which copies them to the device) until the first stage
-        fit._trace = grove.TreeHeaps(trace.var_tree, trace.split_tree, trace.leaf_tree)
-        if X_test is None:
-            fit.yhat_test = fit.yhat_test_mean = None
-            if is_binary:
-                fit.prob_test = fit.prob_test_mean = None
+        fit = BARTFit(
+            **packaging.fit_attributes(
+                outcome=outcome,
+                settings=settings,
+                prior=prior,
+                encoding=encoding,
+                splits=splits,
+                kept=kept,
+                trace=trace,
+                info=info,
+                n=n,
+                mesh=mesh,
+                has_test=X_test is not None,
+            )
+        )
     except KeyboardInterrupt:
         print('bartz: interrupted by Ctrl-C before the trees were kept; nothing to return.', file=sys.stderr)
         raise
-    # the trees and the draws in the data's units (binary: the latent offset + f)
-    data_scale = None if is_binary else scale
-
-    def trees():
-        fit._trace = jax.device_put(fit._trace)
-
-    def sigma():
-        sigma_kept = scale * np.sqrt(np.asarray(trace.sigma2, np.float64))  # chain after chain
-        # (nskip, chains); reshaped because a run without burn-in gives a flat empty array
-        sigma_burn = scale * np.sqrt(np.asarray(burn_sigma2, np.float64)).reshape(-1, mc_cores)
-        if mc_cores == 1:
-            fit.sigma = np.concatenate([sigma_burn[:, 0], sigma_kept])
-        else:
-            per_chain = ndraws // mc_cores
-            fit.sigma = np.concatenate([sigma_burn, sigma_kept.reshape(mc_cores, per_chain).T])
-        fit.sigma_ = sigma_kept
-        fit.sigma_mean = float(sigma_kept.mean())
-
-    def train():
-        if settings.save_yhat_train:
-            # in place in the run's host copy of the draws where it is one
-            # (`gbart`'s; then `yhat_train` is a view of it, without the
-            # padding's columns): new arrays of ndpost x n values would come
-            # from fresh pages, slow to touch
-            fit_train = trace.fit_train
-            in_place = isinstance(fit_train, np.ndarray) and fit_train.flags.writeable
-            f = fit_train if in_place else np.array(fit_train)
-            with _interrupts_deferred():  # (`f` may be the only copy of the draws: never half updated)
-                mean = f.mean(axis=0, dtype=np.float64)
-                fit.yhat_train = predict_mod.to_data_units(f, offset, data_scale)
-                fit.yhat_train_mean = predict_mod.to_data_units(mean, offset, data_scale)
-            if is_binary:
-                fit.prob_train = outcome.prob(fit.yhat_train)
-                fit.prob_train_mean = fit.prob_train.mean(axis=0, dtype=np.float64)
-        else:
-            # the draws were never kept: the means come from the trees, in bounded memory
-            fit.yhat_train = None
-            mean = fit._evaluate(X, n, 'mean', max_memory, link=None).astype(np.float64)
-            fit.yhat_train_mean = predict_mod.to_data_units(mean, offset, data_scale)
-            if is_binary:
-                fit.prob_train = None
-                fit.prob_train_mean = fit._evaluate(X, n, 'mean', max_memory, link=outcome.link).astype(np.float64)
-
-    def test():
-        # (a copy: the device's output is read-only on the host)
-        f = np.array(fit._evaluate(X_test, n_test, 'draws', max_memory, link=x_test_link(is_binary)))
-        mean = f.mean(axis=0, dtype=np.float64)
-        fit.yhat_test = predict_mod.to_data_units(f, offset, data_scale)
-        fit.yhat_test_mean = predict_mod.to_data_units(mean, offset, data_scale)
-        if is_binary:
-            fit.prob_test = outcome.prob(fit.yhat_test)
-            fit.prob_test_mean = fit.prob_test.mean(axis=0, dtype=np.float64)
-
-    def variable_use():
-        _set_variable_use(fit, encoding, kept, trace)
-
-    probs = ('prob_train', 'prob_train_mean') if is_binary else ()
-    test_probs = ('prob_test', 'prob_test_mean') if is_binary else ()
-    predicted = 'prob' if is_binary else 'yhat'  # (what predict computes)
-    stages = [_Stage('trees', (), trees)]
-    if not is_binary:
-        stages.append(_Stage('sigma', ('sigma', 'sigma_', 'sigma_mean'), sigma))
-    use = ('varcount', 'varcount_mean', 'varprob', 'varprob_mean', 'rm_const')
-    stages.append(_Stage('variable use', use, variable_use))
-    attributes = ('yhat_train', 'yhat_train_mean', *probs)
-    stages.append(_Stage('yhat_train', attributes, train, f'fit.predict(x_train) computes {predicted}_train'))
-    if X_test is not None:
-        attributes = ('yhat_test', 'yhat_test_mean', *test_probs)
-        stages.append(_Stage('x_test', attributes, test, f'fit.predict(x_test) computes {predicted}_test'))
-    stopped, missing, recover = _run_stages(fit, stages)
-    if stopped == 'trees':
-        recover.insert(0, 'its trees stay in host memory: each predict copies them to the device')
-    if stopped is not None:
-        _record_interrupt(fit, stopped, missing, recover)
+    stages = packaging.stages(
+        fit,
+        outcome=outcome,
+        settings=settings,
+        prior=prior,
+        encoding=encoding,
+        kept=kept,
+        trace=trace,
+        burn_sigma2=burn_sigma2,
+        X=X,
+        X_test=X_test,
+        n=n,
+        n_test=n_test,
+    )
+    packaging.finish(fit, stages)
     return fit
-
-
-def bin_matrix(arr, kept, splits):
-    """Bin ``(m, p_model)`` model columns with the cut-points `splits` of
-    the `kept` columns, padded on both axes (`bartz.buckets`)."""
-    X = buckets.pad_predictors(prepcovars.bin_predictors_np(arr[:, kept], splits.splits))
-    m = X.shape[1]
-    return np.pad(X, ((0, 0), (0, buckets.bucket_length(m) - m)))
-
-
-def link_params(link, offset, scale):
-    """The parameters of `link` (`bartz.grove.evaluate_trace`) for a fit."""
-    return {'probit': (offset,), 'logit': (offset,), 'affine': (offset, scale), None: ()}[link]
-
-
-def x_test_link(binary: bool):  # noqa: ARG001
-    """The link of the predictions at ``x_test`` (``yhat_test``): None, the
-    sum of trees in their standardised units, for every outcome (`package`
-    adds the offset, and multiplies by the scale, on the host)."""
-    return None
-
-
-def _set_variable_use(fit: BARTFit, encoding, kept, trace) -> None:
-    """varcount and varprob per encoded column, from the kept model columns."""
-    ndraws = int(trace.leaf_tree.shape[0])
-    p_model = kept.size
-    varcount = np.zeros((ndraws, p_model), np.int64)
-    varcount[:, kept] = trace.varcount
-    varprob = np.zeros((ndraws, p_model))
-    if trace.log_s is not None:
-        varprob[:, kept] = np.exp(trace.log_s)
-    elif encoding.augmented:
-        # the uniform prior, weighted: half for each copy of a column with missing values
-        weight = np.exp(encoding.log_split_weights().astype(np.float64)) * kept
-        varprob[:] = weight / max(weight.sum(), 1e-300)
-    else:
-        varprob[:, kept] = 1.0 / max(kept.sum(), 1)
-    if encoding.augmented:
-        varcount = encoding.model_to_encoded(varcount)
-        varprob = encoding.model_to_encoded(varprob)
-    names = encoding.encoded_names
-    if names is not None:
-        fit.varcount = pd.DataFrame(varcount, columns=names)
-        fit.varprob = pd.DataFrame(varprob, columns=names)
-        fit.varcount_mean = fit.varcount.mean(axis=0)
-        fit.varprob_mean = fit.varprob.mean(axis=0)
-    else:
-        fit.varcount = varcount
-        fit.varprob = varprob
-        fit.varcount_mean = varcount.mean(axis=0)
-        fit.varprob_mean = varprob.mean(axis=0)
-    kept_encoded = encoding.model_to_encoded(kept.astype(np.int64)) > 0
-    fit.rm_const = np.flatnonzero(kept_encoded)

@@ -39,41 +39,34 @@ Deviations from R, on purpose:
 - A fit is saved with `BARTFit.save` and read with `bartz.load` (R saves
   the whole R object with ``saveRDS``).
 
-(Over 600 lines, and `gbart` over 60, because of `gbart`'s docstring, which
-documents R's arguments, and its call of `bartz.prep.checks.check_settings`,
-which passes each of them by name.)
+(`gbart` is over 60 lines because of its docstring, which documents R's
+arguments, and its call of `bartz.prep.checks.check_settings`, which passes
+each of them by name.)
 """
 
 import functools
-import threading
 import warnings
 from typing import NamedTuple
 
-import jax
 import numpy as np
 
 from bartz.prep import checks as _checks
 from bartz._compile import programs as _programs
-from bartz.kernels import rng as _random
-from bartz.prep import sizes as buckets
 from bartz.prep import encoding
 from bartz.forest import grove
-from bartz.run import loop as mcmcloop
-from bartz.sampler import step as mcmcstep
 from bartz.prep import cutpoints as prepcovars
 from bartz.prep import priors
-from bartz.run import warmstart
 from bartz.prep.checks import (  # noqa: F401  (kept importable from here)
-    _as_vector,
     _check_bool,
     _check_devices,
     _check_int,
     _check_real,
-    _make_key,
+    as_vector,
+    make_key,
 )
-from bartz.api import fit as fit_mod
+from bartz.api import packaging, sampling
 from bartz.api.fit import BARTFit, package, warn_convergence
-from bartz.prep.priors import _ols_sigest  # noqa: F401
+from bartz.prep.priors import ols_sigest  # noqa: F401
 
 __all__ = ['BARTFit', 'gbart', 'mc_gbart']
 
@@ -375,7 +368,7 @@ def _encode(x_train, y_train, x_test, w, seed, numcut, xinfo, outcome, settings)
     y, w = priors.check_outcome(outcome, y_train, w, n)
     x_test_model = None if x_test is None else enc.transform(x_test, 'x_test')
     _checks.check_kept_memory(settings, n, 0 if x_test_model is None else len(x_test_model), x.shape[1])
-    key = _checks._make_key(seed)
+    key = _checks.make_key(seed)
     splits, kept = _cut_points(enc, x, numcut, xinfo, settings)
     X = _bins(enc, x, splits, kept)
     return _Data(enc, x, y, w, x_test_model, splits, kept, X), key
@@ -402,18 +395,18 @@ def _r_priors(outcome, data: _Data, settings) -> priors.Priors:
 
 
 def _sample(key, data: _Data, prior, outcome, settings, mesh):
-    """Run the chains on the binned data (`_run`), with the predictions at
-    x_test compiled meanwhile; return the padded bins, the bins of x_test
-    (None without it) and what `_run` returns."""
+    """Run the chains on the binned data (`bartz.api.sampling.run_chains`),
+    with the predictions at x_test compiled meanwhile; return the padded
+    bins, the bins of x_test (None without it) and what `run_chains` returns."""
     enc, kept = data.enc, data.kept
     log_s = enc.log_split_weights()[kept] if enc.augmented else None
     # DART: the two copies of a column with missing values are one predictor
     group = np.unique(enc.model_encoded[kept], return_inverse=True)[1].astype(np.int32) if enc.augmented else None
-    X_test = None if data.x_test is None else fit_mod.bin_matrix(data.x_test, kept, data.splits)
+    X_test = None if data.x_test is None else packaging.bin_matrix(data.x_test, kept, data.splits)
     on_start = None
     if X_test is not None and mesh is None:
-        on_start = functools.partial(_compile_test_predictions, X_test, settings, outcome, prior)
-    X, trace, burn_sigma2, info = _run(
+        on_start = functools.partial(sampling.compile_test_predictions, X_test, settings, outcome, prior)
+    X, trace, burn_sigma2, info = sampling.run_chains(
         key, data.X, data.splits, log_s, prior, data.w, outcome, settings, mesh, group, on_start
     )
     return X, X_test, trace, burn_sigma2, info
@@ -500,133 +493,3 @@ def _float32_collapsed(enc, x):
 def _bins(enc, x, splits, kept):
     """The ``(p_kept, n)`` bins of the encoded training columns ``x``."""
     return prepcovars.bin_predictors_np(enc.expand(x)[:, kept], splits.splits)
-
-
-def _start_key(key):
-    """The key of the chains' starting states, apart from the iterations'
-    ``fold_in(key, i)``: ``fold_in(key, 2**32 - 1)``, computed on the host
-    (it does not consume `key` for the key-reuse checker)."""
-    return _random.fold_in_on_host(key, 2**32 - 1)
-
-
-def _compile_test_predictions(X_test, settings, outcome, prior, state, ndraws):
-    """Compile gbart's predictions at ``x_test`` on a thread of its own while
-    the sampler compiles and runs, instead of after it (a new process with
-    the programs kept loads them instead, `bartz._compile.programs`).
-
-    Only what the program depends on is known before the run, the shapes and
-    types: the binned ``x_test`` (`X_test`), the trees of `state`, `ndraws`.
-    They are given exactly as the call after the run will see them (the
-    same key), which then finds the program ready, or waits for it. On
-    failure, nothing is lost: that call compiles it."""
-    forest = state.forest
-    sharding = jax.device_put(np.zeros((), np.uint8)).sharding  # where `package`'s jax.device_put puts them
-
-    def like(array, shape):
-        return jax.ShapeDtypeStruct(shape, array.dtype, sharding=sharding)
-
-    trace = grove.TreeHeaps(
-        like(forest.var_tree, (ndraws, *forest.var_tree.shape[-2:])),
-        like(forest.split_tree, (ndraws, *forest.split_tree.shape[-2:])),
-        like(forest.leaf_tree, (ndraws, *forest.leaf_tree.shape[-2:])),
-    )
-    X = like(X_test, X_test.shape)
-    link = fit_mod.x_test_link(outcome.binary)
-    params = fit_mod.link_params(link, float(prior.offset), prior.scale)
-
-    def work():
-        try:
-            grove.prepare_evaluate_trace(X, trace, max_memory=settings.max_memory, link=link, link_params=params)
-        except Exception:  # noqa: BLE001, S110: the call after the run compiles it
-            pass
-
-    threading.Thread(target=work, name='bartz-compile-x_test', daemon=True).start()
-
-
-def _initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group):
-    """The padded bins and the sampler's state of one chain before the run
-    (`bartz.mcmcstep.init`)."""
-    p, n = X.shape
-    num_data_devices = mesh.shape['data'] if mesh is not None else 1
-    # the data axis padded to the size ladder, so that a new n reuses the
-    # compiled sampler; the predictors too, with predictors that have no
-    # cut-point (never split on, no DART probability)
-    npad = buckets.bucket_length(n, num_data_devices)
-    ppad = buckets.predictor_length(p)
-    valid = np.arange(npad) < n
-    X = np.pad(buckets.pad_predictors(X), ((0, 0), (0, npad - n)))
-    max_split = np.pad(np.asarray(splits.max_split), (0, ppad - p))
-    log_s = None if log_s is None else np.pad(np.asarray(log_s, np.float32), (0, ppad - p))
-    if group is not None:  # each padded predictor a group of its own
-        group = np.concatenate([group, np.max(group, initial=-1) + 1 + np.arange(ppad - p, dtype=group.dtype)])
-    y_core = np.pad(prior.y_core, (0, npad - n))
-    prec_weights = None if w is None else np.pad((1.0 / w**2).astype(np.float32), (0, npad - n))
-    dart = {'theta': settings.theta, 'a': settings.a, 'b': settings.b, 'rho': settings.rho, 'group': group}
-    state = mcmcstep.init(
-        X=X,
-        max_split=max_split,
-        y=y_core,
-        num_trees=settings.ntree,
-        max_depth=settings.maxdepth,
-        leaf_prior_var=prior.leaf_sd**2,
-        sigma2_alpha=prior.sigma2_alpha,
-        sigma2_beta=prior.sigma2_beta,
-        sigma2_init=prior.sigma2_init,
-        base=settings.base,
-        power=settings.power,
-        prec_weights=prec_weights,
-        min_points_per_leaf=settings.min_points_per_leaf,
-        log_s=log_s,
-        probit_threshold=-prior.offset if outcome.name == 'pbart' else None,
-        logit_offset=prior.offset if outcome.name == 'lbart' else None,
-        valid=valid,
-        dart=dart if settings.sparse else None,
-        move_probs=settings.move_probs,
-    )
-    return X, state
-
-
-def _run(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None, on_start=None):
-    """Run the chains; return the padded bins, the trace (draws chain after
-    chain, ``fit_train`` cut to the real points, ``varcount`` and ``log_s``
-    to the real predictors), the burn-in error variances ``(nskip,
-    chains)`` and the `bartz.mcmcloop.RunInfo`. ``on_start(state, ndraws)``
-    is called before the chains run, with the initial state and the number
-    of draws the trace will have."""
-    p, n = X.shape
-    mc_cores = settings.mc_cores
-    X, state = _initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group)
-    # one chain on one device runs the plain sweep (no chain axis to vmap over)
-    num_chains = None if mesh is None and mc_cores == 1 else mc_cores
-    if num_chains is not None:
-        state = mcmcstep.init_chains(state, mc_cores)
-    state = warmstart.start_chains(_start_key(key), state, num_chains, settings.warmstart)
-    n_save = -(-settings.ndpost // mc_cores)
-    if on_start is not None:
-        on_start(state, n_save * mc_cores)
-    _, trace, info = mcmcloop.run_mcmc(
-        key,
-        state,
-        n_burn=settings.nskip,
-        n_save=n_save,
-        n_skip=settings.keepevery,
-        printevery=settings.printevery,
-        save_train=settings.save_yhat_train,
-        sigma_scale=prior.scale,
-        num_chains=num_chains,
-        mesh=mesh,
-        chain_major=True,
-    )
-    del state
-    if num_chains is None:
-        burn_sigma2 = None if info.burn_sigma2 is None else info.burn_sigma2[:, None]
-    else:
-        burn_sigma2 = info.burn_sigma2
-        # (chains, draws, ...) -> chain after chain, as R's mc.gbart
-        trace = jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), trace)
-    if trace.fit_train is not None:
-        trace = trace._replace(fit_train=trace.fit_train[:, :n])
-    trace = trace._replace(
-        varcount=trace.varcount[:, :p], log_s=None if trace.log_s is None else trace.log_s[:, :p]
-    )
-    return X, trace, burn_sigma2, info

@@ -120,6 +120,53 @@ def check_fraction(name, value) -> float:
     return _check_real(name, value, low=0, high=1)
 
 
+# The checks of an array argument, shared by the front end (`bartz.encoding`,
+# `bartz.prepcovars`, the estimators, `as_vector`). Each message reads
+# "<name> must be <expected>, got <received>"; ``message`` replaces it where
+# a caller owes another wording (the estimators: scikit-learn's, which its
+# `check_estimator` matches).
+
+
+def is_numeric_array(arr: np.ndarray) -> bool:
+    """Numbers or booleans (not objects, strings or dates)."""
+    return arr.dtype != object and (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool)
+
+
+def check_numeric(name, arr: np.ndarray, *, error=TypeError, hint='') -> None:
+    """Refuse an array that is not `is_numeric_array`; `hint` ends the message."""
+    if not is_numeric_array(arr):
+        msg = f'{name} must be numeric, got an array of dtype {arr.dtype}{hint}'
+        raise error(msg)
+
+
+def check_not_complex(name, arr, *, error=TypeError, message=None) -> None:
+    """Refuse complex values."""
+    if np.iscomplexobj(arr):
+        raise error(message or f'{name} must be real, got complex values')
+
+
+def check_ndim(name, x, ndim: int, expected: str, *, message=None) -> None:
+    """Refuse an array (or array_like, by `numpy.shape`) without `ndim`
+    dimensions: ``'{name} must be {expected}, got shape ...'``."""
+    shape = np.shape(x)
+    if len(shape) != ndim:
+        raise ValueError(message or f'{name} must be {expected}, got shape {shape}')
+
+
+def check_finite(name, arr: np.ndarray, *, allow_nan=False, expected=None, at='position', message=None) -> None:
+    """Refuse NaN (unless `allow_nan`: a missing value) and infinite
+    values, naming the first and where it is: its index (a 1-d array: the
+    `at` it is, e.g. ``'row 3'``)."""
+    bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        if message is None:
+            expected = expected or ('finite or missing (NaN)' if allow_nan else 'finite (no NaN or inf)')
+            where = f'{at} {i}' if arr.ndim == 1 else f'index {tuple(int(k) for k in np.unravel_index(i, arr.shape))}'
+            message = f'{name} must be {expected}; found {arr.reshape(-1)[i]} at {where}'
+        raise ValueError(message)
+
+
 # ---------------------------------------------------------------- arguments
 
 
@@ -170,7 +217,33 @@ def _check_real(name, value, *, low=None, high=None, low_open=True, high_open=Tr
     return value
 
 
-def _as_vector(name, y, n):
+def as_vector(name, y, n):
+    """`y` (``y_train``, ``w``) as a finite float64 vector of one value per row.
+
+    Parameters
+    ----------
+    name
+        The argument's name, for the messages.
+    y
+        A 1-d array, a sequence, a Series or a one-column DataFrame (an
+        ``(n, 1)`` or ``(1, n)`` array too), numeric or boolean; an object
+        array or Series of numbers (`decimal.Decimal` too).
+    n
+        The number of rows of ``x_train``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` float64.
+
+    Raises
+    ------
+    TypeError
+        `y` is None, not numeric, or complex.
+    ValueError
+        `y` has several columns, a masked, missing or infinite value, or
+        not `n` values.
+    """
     if y is None:
         msg = f'{name} must be an array, got None'
         raise TypeError(msg)
@@ -192,25 +265,16 @@ def _as_vector(name, y, n):
         msg = f'{name} must have no missing values; found a masked entry at position {i}'
         raise ValueError(msg)
     arr = numbers_from_object(np.asarray(y))
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        msg = f'{name} must be numeric, got an array of dtype {arr.dtype}'
-        raise TypeError(msg)
-    if np.iscomplexobj(arr):
-        msg = f'{name} must be real, got complex values'
-        raise TypeError(msg)
+    check_numeric(name, arr)
+    check_not_complex(name, arr)
     arr = arr.astype(np.float64)
     if arr.ndim == 2 and 1 in arr.shape:
         arr = arr.reshape(-1)
-    if arr.ndim != 1:
-        msg = f'{name} must be 1-dimensional, got shape {arr.shape}'
-        raise ValueError(msg)
+    check_ndim(name, arr, 1, '1-dimensional')
     if arr.shape[0] != n:
         msg = f'{name} must have one value per row of x_train ({n}), got {arr.shape[0]}'
         raise ValueError(msg)
-    if not np.all(np.isfinite(arr)):
-        i = int(np.argwhere(~np.isfinite(arr))[0, 0])
-        msg = f'{name} must be finite (no NaN or inf); found {arr[i]} at position {i}'
-        raise ValueError(msg)
+    check_finite(name, arr)
     return arr
 
 
@@ -239,7 +303,7 @@ def _check_devices(devices, num_chain_devices, num_data_devices, mc_cores):
     return sharding.make_mesh(cd, dd, devices)
 
 
-def _make_key(seed, name='seed'):
+def make_key(seed, name='seed'):
     """The JAX key of an integer seed in ``[0, 2**64)`` or of a single JAX key.
 
     A seed below ``2**32`` gives ``random.key(seed)``'s stream (key words ``(0,
@@ -247,6 +311,18 @@ def _make_key(seed, name='seed'):
     ``random.key`` does with 64-bit integers, so no two seeds below ``2**64``
     share a stream. A legacy ``random.PRNGKey`` (``uint32`` of shape ``(2,)``)
     is accepted; a batch of keys is refused by name.
+
+    Parameters
+    ----------
+    seed
+        The integer seed, or the JAX key.
+    name
+        The argument's name, for the messages.
+
+    Returns
+    -------
+    jax.Array
+        A typed JAX key of shape ``()``.
     """
     if isinstance(seed, jax.Array | np.ndarray) and not _is_integer_scalar(seed):
         return _single_key(seed, name)

@@ -93,7 +93,7 @@ def outcome_type(type: str) -> OutcomeType:  # noqa: A002
 def check_outcome(outcome: OutcomeType, y_train, w, n: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Check and convert ``y_train`` and ``w`` for the outcome type; return
     them as float64 arrays (``w`` may be None)."""
-    y = _checks._as_vector('y_train', y_train, n)
+    y = _checks.as_vector('y_train', y_train, n)
     if outcome.binary:
         values = np.unique(y)
         if not np.all(np.isin(values, (0.0, 1.0))):
@@ -109,7 +109,7 @@ def check_outcome(outcome: OutcomeType, y_train, w, n: int) -> tuple[np.ndarray,
         msg = f'y_train is constant ({y[0]}): there is nothing to fit'
         raise ValueError(msg)
     if w is not None:
-        w = _checks._as_vector('w', w, n)
+        w = _checks.as_vector('w', w, n)
         if np.any(w <= 0):
             msg = f'w must be positive, got minimum {w.min()}'
             raise ValueError(msg)
@@ -213,7 +213,7 @@ def r_priors(
         with np.errstate(over='ignore', under='ignore'):
             y_std = y / scale
             if sigest is None:
-                sigest_std = _ols_sigest(x_ols, y_std) if x_ols.shape[1] else float(np.std(y_std, ddof=1))
+                sigest_std = ols_sigest(x_ols, y_std) if x_ols.shape[1] else float(np.std(y_std, ddof=1))
                 sigest = sigest_std * scale
             else:
                 sigest_std = sigest / scale
@@ -317,7 +317,7 @@ def _check_float32(outcome: OutcomeType, prior: Priors, given: dict) -> None:
         raise ValueError(msg)
 
 
-def _ols_sigest(x, y):
+def ols_sigest(x, y):
     """Residual sd of the OLS fit of y on x (R: summary(lm(y ~ x))$sigma).
 
     Solved by the normal equations of the centred, unit-norm columns (an
@@ -327,6 +327,20 @@ def _ols_sigest(x, y):
     taking a core from the sampler that runs next. Columns whose singular value
     is below 1e-7 times the largest (R's ``lm`` tolerance) count as aliased
     and are left out of the rank, as ``lm`` does.
+
+    Parameters
+    ----------
+    x
+        ``(n, p)`` float64 predictors, NaN where missing (mean-imputed, with
+        an indicator column per incomplete column).
+    y
+        ``(n,)`` float64 outcome.
+
+    Returns
+    -------
+    float
+        The residual sd; ``sd(y)`` when ``p >= n - 1``, or no degree of
+        freedom is left.
     """
     missing = np.isnan(x)
     if missing.any():
