@@ -35,6 +35,7 @@ import pandas as pd
 from scipy import sparse as scipy_sparse
 
 from bartz.api.gbart import gbart
+from bartz.prep import checks
 from bartz.prep.encoding import PositionalColumnsWarning, masked_as_nan
 
 __all__ = ['BARTClassifier', 'BARTRegressor']
@@ -48,6 +49,9 @@ class NotFittedError(ValueError, AttributeError):
 class DataConversionWarning(UserWarning):
     """The input was converted (scikit-learn's ``DataConversionWarning``
     when scikit-learn is loaded)."""
+
+
+_Y_NOT_FINITE = 'Input y contains NaN or infinity.'  # scikit-learn's message
 
 
 def _sklearn_class(name, fallback):
@@ -127,21 +131,16 @@ class _BARTEstimator:
                 return self._checked_shape(X, names, reset=reset)
             X = X.to_numpy()
         arr = np.asarray(masked_as_nan(X))  # masked entries are missing values, as in gbart
-        if np.iscomplexobj(arr):
-            msg = 'Complex data not supported'
-            raise ValueError(msg)
-        if arr.dtype.kind not in 'biuf':
-            arr = arr.astype(np.float64)  # numpy's own error says what could not be converted
-        arr = arr.astype(np.float64)
-        if arr.ndim != 2:
-            msg = (
-                f'{name} expects a 2-dimensional X (n_samples, n_features), got shape {arr.shape}. '
-                'Reshape your data, e.g. with X.reshape(-1, 1) for a single feature'
-            )
-            raise ValueError(msg)
-        if np.any(np.isinf(arr)):
-            msg = 'Input X contains infinity (missing values may be given as NaN).'
-            raise ValueError(msg)
+        # (scikit-learn's messages, which its check_estimator matches)
+        checks.check_not_complex('X', arr, error=ValueError, message='Complex data not supported')
+        arr = arr.astype(np.float64)  # numpy's own error says what could not be converted
+        reshape = (
+            f'{name} expects a 2-dimensional X (n_samples, n_features), got shape {arr.shape}. '
+            'Reshape your data, e.g. with X.reshape(-1, 1) for a single feature'
+        )
+        checks.check_ndim('X', arr, 2, '2-dimensional', message=reshape)
+        infinity = 'Input X contains infinity (missing values may be given as NaN).'
+        checks.check_finite('X', arr, allow_nan=True, message=infinity)
         return self._checked_shape(arr, names, reset=reset)
 
     def _checked_shape(self, X, names, *, reset):
@@ -213,9 +212,8 @@ class _BARTEstimator:
                 stacklevel=3,
             )
             arr = arr[:, 0]
-        if arr.ndim != 1:
-            msg = f'y should be a 1d array, got an array of shape {arr.shape} instead.'
-            raise ValueError(msg)
+        one_d = f'y should be a 1d array, got an array of shape {arr.shape} instead.'
+        checks.check_ndim('y', arr, 1, '1d', message=one_d)
         if arr.shape[0] != n:
             msg = f'X and y have different numbers of samples: {n} and {arr.shape[0]}'
             raise ValueError(msg)
@@ -404,9 +402,7 @@ class BARTRegressor(_BARTEstimator):
         """
         X = self._validate_X(X, reset=True)
         y = self._validate_y(y, X.shape[0]).astype(np.float64)
-        if not np.all(np.isfinite(y)):
-            msg = 'Input y contains NaN or infinity.'
-            raise ValueError(msg)
+        checks.check_finite('y', y, message=_Y_NOT_FINITE)
         if X.shape[0] < 2:
             msg = f'BARTRegressor needs at least 2 samples, got {X.shape[0]} sample'
             raise ValueError(msg)
@@ -535,9 +531,7 @@ class BARTClassifier(_BARTEstimator):
         X = self._validate_X(X, reset=True)
         y = self._validate_y(y, X.shape[0])
         if y.dtype.kind == 'f':
-            if not np.all(np.isfinite(y)):
-                msg = 'Input y contains NaN or infinity.'
-                raise ValueError(msg)
+            checks.check_finite('y', y, message=_Y_NOT_FINITE)
             if np.any(y != np.round(y)):
                 msg = 'Unknown label type: continuous. BARTClassifier needs class labels (two classes); use BARTRegressor for a continuous y.'
                 raise ValueError(msg)

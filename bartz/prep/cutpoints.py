@@ -45,6 +45,8 @@ import jax
 import numpy as np
 from jax import numpy as jnp
 
+from bartz.prep import checks
+
 __all__ = [
     'Splits',
     'bin_predictors',
@@ -206,15 +208,12 @@ def compute_splits(
     if x is None:
         raise ValueError('x must be given when xinfo is None')
     x = np.asarray(x)
-    if x.ndim != 2:
-        raise ValueError(f'x must be a 2-D (n, p) array, got shape {x.shape}')
-    if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
-        raise ValueError(f'x must be numeric, got dtype {x.dtype}')
+    checks.check_ndim('x', x, 2, 'a 2-D (n, p) array')
+    checks.check_numeric('x', x, error=ValueError)
     n, p = x.shape
     with np.errstate(over='ignore'):  # overflow is reported just below
         x32 = x.astype(np.float32)
-    if not np.all(np.isfinite(x32)):
-        raise ValueError('x must be finite (no NaN or inf) and within float32 range')
+    checks.check_finite('x', x32, expected='finite (no NaN or inf) and within float32 range')
 
     numcut = _check_numcut(numcut, p)
     cuts = [
@@ -286,8 +285,7 @@ def _splits_from_xinfo(x, xinfo) -> Splits:
     p = len(rows)
     if x is not None:
         x_shape = np.shape(x)
-        if len(x_shape) != 2:
-            raise ValueError(f'x must be a 2-D (n, p) array, got shape {x_shape}')
+        checks.check_ndim('x', x, 2, 'a 2-D (n, p) array')
         if x_shape[1] != p:
             raise ValueError(
                 f'xinfo must have one row per predictor: x has {x_shape[1]} '

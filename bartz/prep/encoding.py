@@ -68,7 +68,6 @@ Prediction with missing data via Bayesian additive regression trees, Can.
 J. Stat. 43(2).
 """
 
-import numbers
 import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -79,14 +78,13 @@ import scipy.sparse
 
 from bartz import _warn
 from bartz.prep import checks
+from bartz.prep.columns import CATEGORICAL, NUMERIC, column_kind, to_codes, to_float, warn_imputed
 from bartz.prep import cutpoints as prepcovars
 from bartz.prep.checks import numbers_from_object  # noqa: F401, bartz.encoding.numbers_from_object
 
 __all__ = ['ColumnSpec', 'Encoding', 'PositionalColumnsWarning', 'fit_encoding']
 
 _FMAX = float(np.finfo(np.float32).max)
-_NUMERIC = 'numeric'
-_CATEGORICAL = 'categorical'
 
 
 class ColumnSpec(NamedTuple):
@@ -211,22 +209,22 @@ class Encoding:
         e = 0
         for j, (c, v) in enumerate(zip(self.columns, values, strict=True)):
             label = _label(name, c, j)
-            if c.kind == _NUMERIC:
-                col = _to_float(v, label)
+            if c.kind == NUMERIC:
+                col = to_float(v, label)
                 missing = np.isnan(col)
                 if missing.any() and not c.missing:
-                    _warn_imputed(label, f'its training median {c.fill:.6g}')
+                    warn_imputed(label, f'its training median {c.fill:.6g}')
                     col = np.where(missing, c.fill, col)
                 out[:, e] = col
                 e += 1
             else:
-                codes = _to_codes(v, c.levels, label)
+                codes = to_codes(v, c.levels, label)
                 missing = codes < 0
                 if missing.any():
                     if c.missing:
                         codes = np.where(missing, len(c.levels), codes)
                     else:
-                        _warn_imputed(label, f'its most frequent training level {c.levels[int(c.fill)]!r}')
+                        warn_imputed(label, f'its most frequent training level {c.levels[int(c.fill)]!r}')
                         codes = np.where(missing, int(c.fill), codes)
                 for level in _dummy_levels(c):
                     out[:, e] = codes == level
@@ -301,7 +299,7 @@ class Encoding:
             for c in d['columns']
         ]
         for c in columns:
-            if c.kind not in (_NUMERIC, _CATEGORICAL):
+            if c.kind not in (NUMERIC, CATEGORICAL):
                 msg = f'unknown column kind {c.kind!r}'
                 raise ValueError(msg)
         return cls(columns, d['named'])
@@ -312,8 +310,8 @@ class Encoding:
     def __repr__(self):
         kinds = [c.kind for c in self.columns]
         return (
-            f'Encoding({self.num_columns} columns: {kinds.count(_NUMERIC)} numeric, '
-            f'{kinds.count(_CATEGORICAL)} categorical, {sum(c.missing for c in self.columns)} with missing values; '
+            f'Encoding({self.num_columns} columns: {kinds.count(NUMERIC)} numeric, '
+            f'{kinds.count(CATEGORICAL)} categorical, {sum(c.missing for c in self.columns)} with missing values; '
             f'{self.num_encoded} encoded, {self.num_model} model columns)'
         )
 
@@ -344,7 +342,7 @@ def fit_encoding(x, name: str = 'x_train') -> Encoding:
         specs = []
         for j in range(arr.shape[1]):
             col = arr[:, j]
-            _check_not_inf(col, f'{name} column {j}')
+            checks.check_finite(f'{name} column {j}', col, allow_nan=True, at='row')
             specs.append(_numeric_spec(None, col, f'{name} column {j}'))
         return Encoding(specs, named=False)
     names = [str(c) for c in x.columns]
@@ -355,18 +353,18 @@ def fit_encoding(x, name: str = 'x_train') -> Encoding:
     specs = []
     for c, cname in zip(x.columns, names, strict=True):
         label = f'{name} column {cname!r}'
-        kind, levels = _column_kind(x[c], label)
-        if kind == _NUMERIC:
-            col = _to_float(x[c], label)
+        kind, levels = column_kind(x[c], label)
+        if kind == NUMERIC:
+            col = to_float(x[c], label)
             specs.append(_numeric_spec(cname, col, label))
         else:
-            codes = _to_codes(x[c], levels, label)
+            codes = to_codes(x[c], levels, label)
             missing = codes < 0
             if missing.all() and codes.size:
                 msg = f'{label} has no values, all are missing'
                 raise ValueError(msg)
             counts = np.bincount(codes[~missing], minlength=len(levels))
-            specs.append(ColumnSpec(cname, _CATEGORICAL, tuple(levels), bool(missing.any()), float(np.argmax(counts))))
+            specs.append(ColumnSpec(cname, CATEGORICAL, tuple(levels), bool(missing.any()), float(np.argmax(counts))))
     return Encoding(specs, named=True)
 
 
@@ -375,7 +373,7 @@ def fit_encoding(x, name: str = 'x_train') -> Encoding:
 
 def _dummy_levels(c: ColumnSpec) -> list[int]:
     """Levels with a dummy column (``len(levels)`` is "missing"); [-1] for a numeric column."""
-    if c.kind == _NUMERIC:
+    if c.kind == NUMERIC:
         return [-1]
     q = len(c.levels) + c.missing
     return [q - 1] if q == 2 else list(range(q))
@@ -391,7 +389,7 @@ def _numeric_spec(cname, col: np.ndarray, label: str) -> ColumnSpec:
         msg = f'{label} has no values, all are missing'
         raise ValueError(msg)
     fill = float(np.median(col[~missing])) if (~missing).any() else 0.0
-    return ColumnSpec(cname, _NUMERIC, (), bool(missing.any()), fill)
+    return ColumnSpec(cname, NUMERIC, (), bool(missing.any()), fill)
 
 
 def masked_as_nan(x):
@@ -417,23 +415,14 @@ def _numeric_array(x, name: str) -> np.ndarray:
         msg = f'{name} could not be converted to an array: {e}'
         raise TypeError(msg) from e
     arr = checks.numbers_from_object(arr)
-    if np.iscomplexobj(arr):
-        msg = f'{name} must be real, got complex values'
-        raise TypeError(msg)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        msg = (
-            f'{name} must be numeric, got an array of dtype {arr.dtype}; '
-            'pass a pandas DataFrame for categorical columns'
-        )
-        raise TypeError(msg)
+    checks.check_not_complex(name, arr)
+    checks.check_numeric(name, arr, hint='; pass a pandas DataFrame for categorical columns')
     arr = arr.astype(np.float64)
     if mask is not None and mask.any():
         arr[mask] = np.nan
     if arr.ndim == 1:
         arr = arr[:, None]
-    if arr.ndim != 2:
-        msg = f'{name} must be 2-dimensional (n, p), got shape {arr.shape}'
-        raise ValueError(msg)
+    checks.check_ndim(name, arr, 2, '2-dimensional (n, p)')
     return arr
 
 
@@ -524,98 +513,3 @@ def columns_message(name: str, p: int, got: int, one_dimensional: bool) -> str:
     if one_dimensional and p > 1:
         msg += f' (a 1-d array is one column; for a single row of {p} values pass it as shape (1, {p}), e.g. x[None, :])'
     return msg
-
-
-def _column_kind(series: pd.Series, label: str) -> tuple[str, list | None]:
-    """'numeric' or 'categorical' (with the levels) for a DataFrame column."""
-    dtype = series.dtype
-    if isinstance(dtype, pd.CategoricalDtype):
-        levels = dtype.categories.tolist()
-        for level in levels:
-            if not isinstance(level, str | numbers.Real) or (isinstance(level, float) and not np.isfinite(level)):
-                msg = f'{label}: categorical levels must be strings or finite numbers, got {level!r}'
-                raise TypeError(msg)
-        return _CATEGORICAL, levels
-    if pd.api.types.is_bool_dtype(dtype):
-        return _NUMERIC, None
-    if pd.api.types.is_complex_dtype(dtype):
-        msg = f'{label} has complex values; bartz needs real numbers'
-        raise TypeError(msg)
-    if pd.api.types.is_numeric_dtype(dtype):
-        return _NUMERIC, None
-    if dtype == object or pd.api.types.is_string_dtype(dtype):
-        present = [v for v in series.tolist() if not checks.is_missing(v)]
-        if not present:
-            msg = f'{label} has no values, all are missing'
-            raise ValueError(msg)
-        if all(isinstance(v, str) for v in present):
-            return _CATEGORICAL, sorted(set(present))
-        if all(isinstance(v, bool | np.bool_) for v in present) or all(
-            checks.is_number(v) and not isinstance(v, bool | np.bool_) for v in present
-        ):
-            return _NUMERIC, None
-        kinds = sorted({type(v).__name__ for v in present})
-        what = f'mixes values of types {kinds}' if len(kinds) > 1 else f'has values of type {kinds[0]}'
-        msg = f'{label} {what}; make it all numbers, or all strings (categories), e.g. with .astype(str)'
-        raise TypeError(msg)
-    msg = (
-        f'{label} has dtype {dtype}, which bartz cannot use as a predictor; '
-        'convert it to numbers (e.g. days since a date) or to a category first'
-    )
-    raise TypeError(msg)
-
-
-def _to_float(values, label: str) -> np.ndarray:
-    """One column as float64, NaN where missing; inf is refused."""
-    try:
-        if isinstance(values, pd.Series):
-            if isinstance(values.dtype, pd.CategoricalDtype):
-                values = values.astype(object)
-            col = values.to_numpy(dtype=np.float64, na_value=np.nan)
-        else:
-            col = np.asarray(values, dtype=np.float64)
-    except OverflowError:
-        msg = f'{label} has an integer too large for a float64 number; rescale it'
-        raise ValueError(msg) from None
-    except (TypeError, ValueError) as e:
-        msg = f'{label} could not be converted to numbers ({e}); it was numeric in x_train'
-        raise TypeError(msg) from e
-    _check_not_inf(col, label)
-    return col
-
-
-def _check_not_inf(col: np.ndarray, label: str) -> None:
-    inf = np.isinf(col)
-    if inf.any():
-        i = int(np.flatnonzero(inf)[0])
-        msg = f'{label} must be finite or missing (NaN); found {col[i]} at row {i}'
-        raise ValueError(msg)
-
-
-def _to_codes(values, levels, label: str) -> np.ndarray:
-    """Index of each value in ``levels`` (matched by value), -1 where missing;
-    a value not in ``levels`` is a `ValueError` naming it."""
-    series = values if isinstance(values, pd.Series) else pd.Series(values)
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        series = series.astype(object)
-    missing = series.isna().to_numpy()
-    codes = np.full(len(series), -1, np.intp)
-    present = series[~missing]
-    if len(present):
-        index = pd.Index(list(levels), dtype=object)
-        try:
-            found = index.get_indexer(pd.Index(present.tolist(), dtype=object))
-        except TypeError as e:  # unhashable values
-            msg = f'{label} has values that cannot be matched to its levels: {e}'
-            raise TypeError(msg) from e
-        if np.any(found < 0):
-            unseen = present.iloc[int(np.flatnonzero(found < 0)[0])]
-            msg = f'{label} has the level {unseen!r}, not seen in x_train (levels: {list(levels)})'
-            raise ValueError(msg)
-        codes[~missing] = found
-    return codes
-
-
-def _warn_imputed(label: str, what: str) -> None:
-    msg = f'{label} has missing values but had none in x_train; they are imputed with {what}'
-    warnings.warn(msg, stacklevel=4)
