@@ -85,19 +85,10 @@ def as_finite_array(name, x) -> np.ndarray:
     except ValueError as exc:  # nested sequences of different lengths
         msg = f'{name} must be a numeric array, got a ragged {type(x).__name__}'
         raise ValueError(msg) from exc
-    if np.iscomplexobj(arr):
-        msg = f'{name} must be real, got complex values'
-        raise TypeError(msg)
-    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        msg = f'{name} must be numeric, got an array of dtype {arr.dtype}'
-        raise TypeError(msg)
+    check_not_complex(name, arr)
+    check_numeric(name, arr)
     arr = arr.astype(np.float64, copy=False)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        where = i if arr.ndim == 1 else tuple(int(k) for k in np.unravel_index(i, arr.shape))
-        msg = f'{name} must be finite (no NaN or inf); found {arr.reshape(-1)[i]} at index {where}'
-        raise ValueError(msg)
+    check_finite(name, arr, at='index')
     return arr
 
 
