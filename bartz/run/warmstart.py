@@ -58,6 +58,7 @@ additive regression trees", Ann. Appl. Stat. 4(1).
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -294,17 +295,13 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
     resid, sigma2 = carry
     key, old_leaves, old_indices = tree
     key_grow, key_sigma = _split(key, 2)
-    X = state.X
-    p, n = X.shape
+    p, n = state.X.shape
     heap_size = old_leaves.shape[0]
     depth = grove.heap_depth(heap_size)
     half = heap_size // 2
-    max_split = state.max_split
     weights = state.prec_weights
-    weighted = weights is not None
     inv_sigma2 = 1.0 / sigma2
     inv_tau2 = 1.0 / state.leaf_prior_var
-    min_points = state.min_points_per_leaf
 
     # the partial residual: this tree's current values added back
     r = jnp.where(valid, resid + old_leaves[old_indices.astype(jnp.int32)], 0.0)
@@ -313,10 +310,9 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
     var_row = jnp.zeros(half, jnp.int32)
     split_row = jnp.zeros(half, jnp.int32)
     lo = jnp.zeros((heap_size, p), jnp.int32)
-    hi = jnp.zeros((heap_size, p), jnp.int32).at[1].set(max_split)
+    hi = jnp.zeros((heap_size, p), jnp.int32).at[1].set(state.max_split)
     idx = jnp.where(valid, 1, 0).astype(jnp.int32)
     points = jnp.arange(n)
-    log_s = state.log_s
     # the tree's uniforms in one call: per level and node, p + 1 for the
     # choice among "no split" and the predictors, bins - 1 for the cut-point;
     # then the leaf noise
@@ -324,72 +320,123 @@ def _grow_tree(carry, tree, *, state: mcmcstep.State, valid, bins):
     u = _uniform(key_grow, ((2 ** (depth - 1) - 1) * per_node + heap_size,))
     cuts = jnp.arange(1, bins)  # split index c: a point goes left iff its bin < c
     below = (jnp.arange(bins)[:, None] < cuts[None, :]).astype(jnp.float32)  # (bins, bins - 1)
-
-    def grow_level(d, carry):
-        var_row, split_row, lo, hi, idx = carry
-        first, width = 2**d, 2**d
-        nodes = first + jnp.arange(width)
-        hist = _histograms(X, idx - first, width, bins, stats)  # (width, p, bins, k)
-        # sums left of each cut-point: a product with a triangular matrix,
-        # one kernel (a cumsum is a scan of many small ones on CPU, jaxlib 0.10.2)
-        left = jnp.einsum('wpbk,bc->wpck', hist, below, precision=lax.Precision.HIGHEST)
-        total = hist[:, 0].sum(axis=1)  # (width, k)
-        right = total[:, None, None, :] - left
-        # S = weighted residual sum, P = precision sum, N = count
-        S_l, S_r, S = left[..., 0], right[..., 0], total[:, 0]
-        P_l, P_r, P = left[..., 1], right[..., 1], total[:, 1]
-        N_l, N_r = left[..., -1], right[..., -1]
-
-        lo_n, hi_n = lo[nodes], hi[nodes]  # (width, p)
-        num_cuts = hi_n - lo_n
-        usable = num_cuts > 0
-        in_range = (cuts > lo_n[:, :, None]) & (cuts <= hi_n[:, :, None])
-        big_enough = (N_l >= min_points) & (N_r >= min_points)
-        candidate = in_range & big_enough
-
-        p_split = state.p_nonterminal[d]
-        exists = (nodes == 1) | (split_row[nodes >> 1] != 0)
-        can_split = exists & usable.any(axis=1) & (p_split > 0)
-        log_var = jnp.where(usable, log_s, -jnp.inf)
-        log_var = log_var - jax.scipy.special.logsumexp(log_var, axis=1, keepdims=True)
-        log_prior_split = jnp.log(p_split) + log_var - jnp.log(jnp.maximum(num_cuts, 1))  # (width, p)
-        log_split = log_prior_split[:, :, None] + _log_marginal(S_l, P_l, inv_sigma2, inv_tau2)
-        log_split = log_split + _log_marginal(S_r, P_r, inv_sigma2, inv_tau2)
-        log_split = jnp.where(candidate & can_split[:, None, None], log_split, -jnp.inf)
-        log_stay = jnp.log1p(-p_split) + _log_marginal(S, P, inv_sigma2, inv_tau2)
-        log_stay = jnp.where(p_split < 1, log_stay, -jnp.inf)
-        # in two stages, exactly: "no split" or the predictor, with the
-        # predictor's weight summed over its cut-points, then the cut-point
-        # given the predictor; both by Gumbel-max
-        u_level = u[(first - 1) * per_node : (2 * first - 1) * per_node].reshape(width, per_node)
-        log_var_total = jax.scipy.special.logsumexp(log_split, axis=2)  # (width, p)
-        logits = jnp.concatenate([log_stay[:, None], log_var_total], axis=1)
-        choice = jnp.argmax(logits + _gumbel(u_level[:, : p + 1]), axis=1)
-        split = exists & (choice > 0)
-        v = jnp.maximum(choice - 1, 0)
-        log_cut = jnp.take_along_axis(log_split, v[:, None, None], axis=1)[:, 0]  # (width, bins - 1)
-        c = jnp.argmax(log_cut + _gumbel(u_level[:, p + 1 :]), axis=1) + 1
-        return _apply_splits(d, split, v, c, var_row, split_row, lo, hi, idx, X, points)
-
-    carry = (var_row, split_row, lo, hi, idx)
-    for d in range(depth - 1):
-        if d == 0:
-            carry = grow_level(d, carry)
-        else:
-            # most trees stop after a few levels: skip the histograms of a
-            # level with no node (a branch under lax.map, a select under vmap)
-            parents = carry[1][2 ** (d - 1) : 2**d]
-            carry = lax.cond(jnp.any(parents != 0), functools.partial(grow_level, d), lambda c: c, carry)
-    var_row, split_row, lo, hi, idx = carry
+    level = _Level(state, stats, u, per_node, bins, cuts, below, points, inv_sigma2, inv_tau2)
+    var_row, split_row, lo, hi, idx = _grow_levels((var_row, split_row, lo, hi, idx), depth, level)
 
     leaves, leaf_idx, leaf_stats = _draw_leaves(stats, idx, valid, split_row, u[-heap_size:], inv_sigma2, inv_tau2)
     resid = jnp.where(valid, r - leaves[idx], 0.0)
 
     count = leaf_stats[:, -1].astype(jnp.int32)
-    prec = leaf_stats[:, 1] if weighted else None
+    prec = leaf_stats[:, 1] if weights is not None else None
     if state.sigma2_alpha is not None:
         sigma2 = _draw_sigma2(key_sigma, state, resid, count, weights)
     return (resid, sigma2), (var_row, split_row, leaves, leaf_idx, count, prec)
+
+
+class _Level(NamedTuple):
+    """What every level of a tree regrown by `_grow_tree` reads."""
+
+    state: mcmcstep.State
+    stats: jax.Array  # (n, k): per point weighted residual, precision[, count] (`_point_stats`)
+    u: jax.Array  # the tree's uniforms, ``per_node`` per node of each level, then the leaf noise
+    per_node: int  # p + bins: uniforms per node
+    bins: int  # bins of every predictor (`num_bins`)
+    cuts: jax.Array  # (bins - 1,) the split indices 1, ..., bins - 1
+    below: jax.Array  # (bins, bins - 1) float32: bin b < cut c
+    points: jax.Array  # (n,) the points' indices
+    inv_sigma2: jax.Array  # 1 / sigma^2
+    inv_tau2: jax.Array  # 1 / the leaves' prior variance
+
+
+def _grow_levels(carry, depth: int, level: _Level):
+    """Grow the tree level by level from its root: ``carry`` is
+    ``(var_row, split_row, lo, hi, idx)`` (`_apply_splits`)."""
+    for d in range(depth - 1):
+        grow = functools.partial(_grow_level, d, level=level)
+        if d == 0:
+            carry = grow(carry)
+        else:
+            # most trees stop after a few levels: skip the histograms of a
+            # level with no node (a branch under lax.map, a select under vmap)
+            parents = carry[1][2 ** (d - 1) : 2**d]
+            carry = lax.cond(jnp.any(parents != 0), grow, lambda c: c, carry)
+    return carry
+
+
+def _grow_level(d: int, carry, *, level: _Level):
+    """Level `d` of a regrown tree: at each of its nodes, no split, or a
+    split on a predictor and cut-point, drawn in proportion to their
+    posterior weights (`_log_weights`); then the points follow the splits."""
+    var_row, split_row, lo, hi, idx = carry
+    X = level.state.X
+    first, width = 2**d, 2**d
+    nodes = first + jnp.arange(width)
+    hist = _histograms(X, idx - first, width, level.bins, level.stats)  # (width, p, bins, k)
+    # sums left of each cut-point: a product with a triangular matrix,
+    # one kernel (a cumsum is a scan of many small ones on CPU, jaxlib 0.10.2)
+    left = jnp.einsum('wpbk,bc->wpck', hist, level.below, precision=lax.Precision.HIGHEST)
+    total = hist[:, 0].sum(axis=1)  # (width, k)
+    right = total[:, None, None, :] - left
+    log_split, log_stay, exists = _log_weights(d, nodes, left, right, total, lo, hi, split_row, level)
+    u_level = level.u[(first - 1) * level.per_node : (2 * first - 1) * level.per_node].reshape(width, level.per_node)
+    split, v, c = _draw_split(log_split, log_stay, exists, u_level)
+    return _apply_splits(d, split, v, c, var_row, split_row, lo, hi, idx, X, level.points)
+
+
+def _log_weights(d: int, nodes, left, right, total, lo, hi, split_row, level: _Level):
+    """The log posterior weights of the choices at the nodes of level `d`:
+    the prior times the marginal likelihood of the leaves.
+
+    A split on predictor ``j`` at cut-point ``c``: ``log P(split at depth
+    d) + log s_j - log(cut-points of j) + log L(left) + log L(right)``,
+    ``(width, p, bins - 1)``, -inf where the cut-point is out of the node's
+    range, leaves a child with fewer than the minimum points, or the node
+    does not exist; no split: ``log(1 - P(split)) + log L(node)``,
+    ``(width,)``. Also whether each node exists."""
+    state = level.state
+    # S = weighted residual sum, P = precision sum, N = count
+    S_l, S_r, S = left[..., 0], right[..., 0], total[:, 0]
+    P_l, P_r, P = left[..., 1], right[..., 1], total[:, 1]
+    N_l, N_r = left[..., -1], right[..., -1]
+    inv_sigma2, inv_tau2 = level.inv_sigma2, level.inv_tau2
+
+    lo_n, hi_n = lo[nodes], hi[nodes]  # (width, p)
+    num_cuts = hi_n - lo_n
+    usable = num_cuts > 0
+    in_range = (level.cuts > lo_n[:, :, None]) & (level.cuts <= hi_n[:, :, None])
+    big_enough = (N_l >= state.min_points_per_leaf) & (N_r >= state.min_points_per_leaf)
+    candidate = in_range & big_enough
+
+    p_split = state.p_nonterminal[d]
+    exists = (nodes == 1) | (split_row[nodes >> 1] != 0)
+    can_split = exists & usable.any(axis=1) & (p_split > 0)
+    log_var = jnp.where(usable, state.log_s, -jnp.inf)
+    log_var = log_var - jax.scipy.special.logsumexp(log_var, axis=1, keepdims=True)
+    log_prior_split = jnp.log(p_split) + log_var - jnp.log(jnp.maximum(num_cuts, 1))  # (width, p)
+    log_split = log_prior_split[:, :, None] + _log_marginal(S_l, P_l, inv_sigma2, inv_tau2)
+    log_split = log_split + _log_marginal(S_r, P_r, inv_sigma2, inv_tau2)
+    log_split = jnp.where(candidate & can_split[:, None, None], log_split, -jnp.inf)
+    log_stay = jnp.log1p(-p_split) + _log_marginal(S, P, inv_sigma2, inv_tau2)
+    log_stay = jnp.where(p_split < 1, log_stay, -jnp.inf)
+    return log_split, log_stay, exists
+
+
+def _draw_split(log_split, log_stay, exists, u_level):
+    """Draw each node's choice from its log weights (`_log_weights`), in two
+    stages, exactly: "no split" or the predictor, with the predictor's
+    weight summed over its cut-points, then the cut-point given the
+    predictor; both by Gumbel-max on the uniforms `u_level` (``(width,
+    p + bins)``). Returns whether each node splits, the predictor and the
+    cut-point."""
+    p = log_split.shape[1]
+    log_var_total = jax.scipy.special.logsumexp(log_split, axis=2)  # (width, p)
+    logits = jnp.concatenate([log_stay[:, None], log_var_total], axis=1)
+    choice = jnp.argmax(logits + _gumbel(u_level[:, : p + 1]), axis=1)
+    split = exists & (choice > 0)
+    v = jnp.maximum(choice - 1, 0)
+    log_cut = jnp.take_along_axis(log_split, v[:, None, None], axis=1)[:, 0]  # (width, bins - 1)
+    c = jnp.argmax(log_cut + _gumbel(u_level[:, p + 1 :]), axis=1) + 1
+    return split, v, c
 
 
 def _point_stats(r, weights, valid):
