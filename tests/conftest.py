@@ -25,16 +25,19 @@ jax.config.update('jax_compilation_cache_dir', str(_REPO_ROOT / '.jax_cache'))
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
 jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 
-# Some tests patch traced code in place, which the key of the compiled
-# programs that bartz keeps on disk cannot see (a sweep's plan it does see:
-# the plan is part of the state's tree structure): a perturbed move or
-# likelihood (test_mcmcstep, test_dart, test_geweke), grove._roll_levels
-# (test_grove), mcmcloop.REFRESH_EVERY (test_refresh), jax.random.uniform
-# (test_BART). So the suite compiles them as jit does;
-# tests/test_compile_cache.py tests that layer.
+# bartz keeps the programs it compiles in memory and on disk (under the cache
+# above), in the tests as for users. The few tests that patch code traced
+# inside those programs take the fixture `traced_code_patched`.
 from bartz._compile import programs as _programs  # noqa: E402
 
-_programs.enabled = False
+
+@pytest.fixture
+def traced_code_patched(monkeypatch):
+    """For a test that patches code traced inside a program that bartz keeps
+    (a fit's chunk, a prediction): the key of a kept program cannot see the
+    patch, so while the test runs bartz's programs are compiled as jit does,
+    neither loaded nor kept (`bartz._compile.programs.enabled`)."""
+    monkeypatch.setattr(_programs, 'enabled', False)
 
 
 def pytest_configure(config):

@@ -656,7 +656,7 @@ def test_probit_bool_outcome_same_draws(pfit, binary_data):
 
 
 @pytest.fixture
-def extreme_uniform(monkeypatch):
+def extreme_uniform(monkeypatch, traced_code_patched):
     """Make `jax.random.uniform` return its lowest possible value (what it
     computes from all-zero random bits, probability 2**-23 per number) at the
     first element of every non-scalar draw. Only a fresh trace sees the
