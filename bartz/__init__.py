@@ -16,9 +16,11 @@ layered, each folder importing only those above it in this list:
 - `bartz.prep`: host-side argument checks, column encoding
   (`bartz.encoding`), cut-points (`bartz.prepcovars`), R's priors
   (`bartz.priors`), the size ladder (`bartz.buckets`);
+- `bartz.diagnostics`: R-hat, ESS, Geweke, summary tables, the convergence
+  check of a fit;
 - `bartz.api`: `gbart`, the result object `BARTFit`, save and load
   (`bartz.io`), the estimators, partial dependence;
-- `bartz.diagnostics` (R-hat, ESS, Geweke), `bartz.plot`, `bartz.demo`.
+- `bartz.plot`, `bartz.demo`.
 
 The names in parentheses are the module paths of earlier releases, kept as
 aliases of the modules they name. `bartz.compile_cache` keeps compiled

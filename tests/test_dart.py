@@ -352,7 +352,7 @@ def _doubled_counts(original):
 
 
 def _tempered_proposal(original):
-    """`mcmcstep._propose_tree` choosing variables with probability ~ s^0.8 (the
+    """`mcmcstep.propose_tree` choosing variables with probability ~ s^0.8 (the
     MH ratio then misses the ratio of prior to proposal probabilities)."""
     return lambda key, var, split, max_split, log_s, *rest, **kwargs: original(
         key, var, split, max_split, 0.8 * log_s, *rest, **kwargs
@@ -362,7 +362,7 @@ def _tempered_proposal(original):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ('module', 'name', 'perturbation'),
-    [(grove, 'var_count_scatter', _doubled_counts), (mcmcstep, '_propose_tree', _tempered_proposal)],
+    [(grove, 'var_count_scatter', _doubled_counts), (mcmcstep, 'propose_tree', _tempered_proposal)],
     ids=['dirichlet_update', 'variable_proposal'],
 )
 def test_dart_prior_test_has_power(monkeypatch, module, name, perturbation):
@@ -571,7 +571,7 @@ def test_copies_of_a_column_are_one_predictor(root_var):
             )
         )
     keys = jax.random.split(jax.random.key(2026), 4000)
-    log_s = jax.jit(jax.vmap(lambda k: mcmcstep._draw_dart(k, state).log_s))(keys)  # noqa: SLF001
+    log_s = jax.jit(jax.vmap(lambda k: mcmcstep.draw_dart(k, state).log_s))(keys)  # noqa: SLF001
     s = np.exp(np.asarray(log_s, np.float64))
     np.testing.assert_allclose(s.sum(axis=1), 1, rtol=1e-5)
     np.testing.assert_allclose(s[:, 0], s[:, 1], rtol=1e-5)  # half each

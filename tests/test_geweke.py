@@ -365,7 +365,7 @@ def test_geweke_has_power(error, monkeypatch):
 
 @pytest.mark.parametrize('kind', ['continuous', pytest.param('probit', marks=pytest.mark.slow)])
 def test_geweke_pairs_of_trees(kind):
-    """The loop over trees by pairs (`bartz.mcmcstep._pair_sweep`, on CPU
+    """The loop over trees by pairs (`bartz.sampler.pairs`, on CPU
     from `_PAIR_MIN_POINTS` points; forced here) keeps the joint law: with
     4 trees of at most 4 levels, a pair of trees of at most 3 levels
     shares a pass over the data (the second tree's sums corrected by the

@@ -59,3 +59,53 @@ def test_every_folder_is_a_layer():
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / '__init__.py').exists()}
     modules = {p.stem for p in PACKAGE.glob('*.py')} - {'__init__'}
     assert folders | modules <= set(LAYERS)
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _private_uses(tree):
+    """(line, name) for every private bartz name a test module reaches:
+    ``from bartz.x import _name``, ``alias._name`` where ``alias`` is a bartz
+    module, and the name string of ``monkeypatch.setattr(alias, '_name', ...)``."""
+    aliases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split('.')[0] == 'bartz':
+            for a in node.names:
+                if _is_private(a.name):
+                    yield node.lineno, f'{node.module}.{a.name}'
+                aliases.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            aliases.update(a.asname or a.name.split('.')[0] for a in node.names if a.name.split('.')[0] == 'bartz')
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr) and _root(node.value) in aliases:
+            yield node.lineno, node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ('setattr', 'delattr')
+            and len(node.args) >= 2
+            and _root(node.args[0]) in aliases
+            and isinstance(node.args[1], ast.Constant)
+            and _is_private(str(node.args[1].value))
+        ):
+            yield node.lineno, node.args[1].value
+
+
+def _is_private(name: str) -> bool:
+    # a namedtuple's `_fields`, `_replace` and `_asdict` are its public API
+    return name.startswith('_') and not name.startswith('__') and name not in ('_fields', '_replace', '_asdict')
+
+
+def _root(node):
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+@pytest.mark.parametrize('path', sorted(TESTS.glob('*.py')), ids=lambda p: p.name)
+def test_tests_use_public_names(path):
+    """Tests reach bartz through public names (a documented building block of
+    a layer, or a declared test hook), never through a private one."""
+    uses = sorted(set(_private_uses(ast.parse(path.read_text()))))
+    assert not uses, f'{path.name} uses private bartz names: {uses}'

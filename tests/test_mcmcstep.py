@@ -33,8 +33,10 @@ from scipy import stats
 from bartz._compile import options as xla_options
 from bartz.forest import grove
 from bartz import kernels
+from bartz.kernels import rng
 from bartz.run import loop as mcmcloop
 from bartz.sampler import step as mcmcstep
+from bartz.sampler import leaves
 from bartz.sampler import moves as moves_module
 from bartz.sampler import reference_sweep
 from bartz.sampler import sweep as sweep_module
@@ -353,7 +355,7 @@ def test_prior_leaves_and_sigma2(config, seed):
 
 
 def _perturbed_propose_tree(log_factor, original):
-    """`_propose_tree` with ``log_factor`` added to the log MH ratio of every grow."""
+    """`propose_tree` with ``log_factor`` added to the log MH ratio of every grow."""
 
     def propose(*args, **kwargs):
         moves = original(*args, **kwargs)
@@ -366,8 +368,8 @@ def _perturbed_propose_tree(log_factor, original):
 @pytest.mark.slow
 def test_prior_test_has_power(monkeypatch):
     """A sampler whose grow ratio is off by a factor 2 fails the prior test."""
-    original = mcmcstep._propose_tree
-    monkeypatch.setattr(mcmcstep, '_propose_tree', _perturbed_propose_tree(np.log(2.0), original))
+    original = mcmcstep.propose_tree
+    monkeypatch.setattr(mcmcstep, 'propose_tree', _perturbed_propose_tree(np.log(2.0), original))
     runner = make_prior_runner()  # a fresh jit, so it traces the perturbed function
     state, _ = run_prior(runner, 'A', 0)
     pvalues = prior_pvalues(state, 'A', 0)
@@ -389,7 +391,7 @@ def _sweep_fixed_sigma2(key, state):
     """One sweep over the trees, without the sigma2 update."""
     key_moves, key_sweep = random.split(key)
     moves = mcmcstep.propose_moves(key_moves, state)
-    state, _ = mcmcstep._sweep_trees(key_sweep, state, moves)
+    state, _ = mcmcstep.sweep_trees(key_sweep, state, moves)
     return state
 
 
@@ -596,7 +598,7 @@ def _log_marginal_without_logdet(resid_sum, prec_sum, inv_sigma2, inv_tau2):
 @pytest.mark.slow
 def test_tree_posterior_test_has_power(small_data, monkeypatch):
     """A marginal likelihood that forgets its log-determinant term fails the posterior test."""
-    monkeypatch.setattr(sweep_module, '_log_marginal', _log_marginal_without_logdet)
+    monkeypatch.setattr(sweep_module, 'log_marginal', _log_marginal_without_logdet)
     runner = make_fixed_sigma2_runner()
     pvalue = posterior_test_pvalue(runner, small_data, True, 'posterior', 11)
     assert pvalue < 1e-8
@@ -651,7 +653,7 @@ def test_sigma2_conjugate(small_data, weighted, padded):
         prec_weights=None if prec_weights is None else jnp.asarray(prec_weights),
         valid=jnp.asarray(valid) if padded else None,
     )
-    draws = jax.jit(jax.vmap(lambda k: mcmcstep._draw_sigma2(k, state).sigma2))(random.split(random.key(0), 4000))
+    draws = jax.jit(jax.vmap(lambda k: mcmcstep.draw_sigma2(k, state).sigma2))(random.split(random.key(0), 4000))
     w = np.ones(len(y)) if prec_weights is None else prec_weights.astype(np.float64)
     sq = (w * y.astype(np.float64) ** 2)[valid]
     law = stats.invgamma(alpha + sq.size / 2, scale=beta + sq.sum() / 2)
@@ -871,7 +873,7 @@ def test_blocks_and_lanes_do_not_change_the_chain(weighted):
     At more than two blocks the points of the counted cells are counted
     over the whole row (`bartz.kernels.count_equal`), not block by block,
     and at several blocks the final leaves of all trees are set after the
-    loop over trees (`bartz.mcmcstep._final_leaves`), not by each tree
+    loop over trees (`bartz.leaves.final_leaves`), not by each tree
     inside it.
     Forced by the plan on (3 uneven blocks) and off (no copies) at small n, they must
     give the same trees and, up to float rounding, the same values; the
@@ -927,7 +929,7 @@ def run_traced(seed, state):
 @pytest.mark.parametrize('shared', [True, False])
 def test_pairs_of_trees_couple_with_the_tree_loop(shared):
     """On CPU at one data block without weights, from
-    `bartz.kernels.plan.PAIR_MIN_POINTS` points, the loop over trees goes by pairs (`mcmcstep._pair_sweep`): a
+    `bartz.kernels.plan.PAIR_MIN_POINTS` points, the loop over trees goes by pairs (`bartz.sampler.pairs`): a
     pair of trees of at most 3 levels shares one pass over the data (the
     second tree's sums corrected by the first tree's change), another takes
     two (all pairs with ``shared`` False). Forced by the plan at small n, with padding:
@@ -1114,14 +1116,14 @@ def test_leaf_sums_and_lookup_under_vmap(num, n):
     indices = jnp.asarray(rng.integers(0, 64, size=(num, n)), jnp.uint8)
     values = jnp.asarray(rng.normal(size=(num, n)), jnp.float32)
     table = jnp.asarray(rng.normal(size=(num, 64)), jnp.float32)
-    sums = jax.jit(jax.vmap(lambda i, v: mcmcstep._leaf_sums(i, v, 64)))(indices, values)
+    sums = jax.jit(jax.vmap(lambda i, v: kernels.leaf_sums(i, v, 64)))(indices, values)
     masked = jax.jit(jax.vmap(lambda i, v: kernels.gpu.masked_leaf_sums(i, v, 64)))(indices, values)
     # two columns at once, as the sweep asks
     pairs = jax.jit(jax.vmap(lambda i, v: kernels.gpu.masked_leaf_sums(i, jnp.stack([v, 2 * v], axis=1), 64)))(
         indices, values
     )
-    looked = jax.jit(jax.vmap(mcmcstep._lookup))(table, indices)
-    shared = jax.jit(jax.vmap(mcmcstep._lookup, in_axes=(None, 0)))(table[0], indices)
+    looked = jax.jit(jax.vmap(kernels.lookup))(table, indices)
+    shared = jax.jit(jax.vmap(kernels.lookup, in_axes=(None, 0)))(table[0], indices)
     for b in range(num):
         expected = np.bincount(np.asarray(indices[b]), weights=np.asarray(values[b], np.float64), minlength=64)
         np.testing.assert_allclose(sums[b], expected, rtol=1e-4, atol=1e-3)
@@ -1178,7 +1180,7 @@ def latent_state():
 
 def draw_latents(state, mean, num_draws, seed):
     state = state._replace(resid=state.z - jnp.asarray(mean, jnp.float32))
-    draw = jax.jit(jax.vmap(lambda k: mcmcstep._draw_latent(k, state).z))
+    draw = jax.jit(jax.vmap(lambda k: mcmcstep.draw_latent(k, state).z))
     return np.asarray(draw(random.split(random.key(seed), num_draws)))
 
 
@@ -1256,11 +1258,11 @@ def test_step_deterministic_and_traces_once():
 
 def test_gamma_ends_on_bad_shape():
     """A NaN or infinite shape gives NaN at once: the rejection loop must not spin."""
-    out = jax.jit(mcmcstep._gamma)(random.key(0), jnp.array(jnp.nan, jnp.float32))
+    out = jax.jit(rng.gamma)(random.key(0), jnp.array(jnp.nan, jnp.float32))
     assert np.isnan(out)
-    out = jax.jit(mcmcstep._gamma)(random.key(0), jnp.array(jnp.inf, jnp.float32))
+    out = jax.jit(rng.gamma)(random.key(0), jnp.array(jnp.inf, jnp.float32))
     assert np.isnan(out)
-    out = jax.jit(mcmcstep._gamma)(random.key(0), jnp.array(2.5, jnp.float32))
+    out = jax.jit(rng.gamma)(random.key(0), jnp.array(2.5, jnp.float32))
     assert np.isfinite(out) and out > 0
 
 
@@ -1269,12 +1271,12 @@ def test_gamma_ends_on_bad_shape():
 
 @pytest.mark.parametrize('heap_size', [2, 4, 8, 16, 64, 256])
 def test_leaf_noise_slots_differ_on_every_tree(heap_size):
-    """`mcmcstep._noise_slot` gives the leaves of any tree distinct noise
+    """`leaves.noise_slot` gives the leaves of any tree distinct noise
     values: exhaustively, two nodes of the heap read the same value only if
     one descends from the other (they are never leaves of the same tree);
     every value is in range and read by the deepest level; and
-    `mcmcstep._noise_by_slot` is the same map."""
-    index = mcmcstep._noise_slot(heap_size)
+    `leaves.noise_by_slot` is the same map."""
+    index = leaves.noise_slot(heap_size)
     half = heap_size // 2
     assert index.shape == (heap_size,) and index.dtype == np.int32
     assert np.all((0 <= index) & (index < half))
@@ -1288,27 +1290,27 @@ def test_leaf_noise_slots_differ_on_every_tree(heap_size):
     related = below | below.T
     assert np.all(related[same])
     values = np.arange(half, dtype=np.float32) + 0.5
-    assert np.array_equal(np.asarray(mcmcstep._noise_by_slot(jnp.asarray(values))), values[index])
+    assert np.array_equal(np.asarray(leaves.noise_by_slot(jnp.asarray(values))), values[index])
 
 
 def test_leaf_noise_by_slot_follows_the_slot_map():
-    """`mcmcstep._accept_and_noise` gives each heap slot the value of the
-    deepest-level slot `mcmcstep._noise_slot` maps it to, and the deepest
+    """`leaves.accept_and_noise` gives each heap slot the value of the
+    deepest-level slot `leaves.noise_slot` maps it to, and the deepest
     level's values differ."""
     heap_size = 64
-    noise = np.asarray(jax.jit(lambda key: mcmcstep._accept_and_noise(key, 50, heap_size)[1])(random.key(1)))
+    noise = np.asarray(jax.jit(lambda key: leaves.accept_and_noise(key, 50, heap_size)[1])(random.key(1)))
     assert noise.shape == (50, heap_size)
     deepest = noise[:, heap_size // 2 :]
-    np.testing.assert_array_equal(noise, deepest[:, mcmcstep._noise_slot(heap_size)])
+    np.testing.assert_array_equal(noise, deepest[:, leaves.noise_slot(heap_size)])
     assert all(np.unique(row).size == heap_size // 2 for row in deepest)
 
 
 def test_leaf_noise_is_normal():
-    """The leaf noise of the sweep (`mcmcstep._accept_and_noise`) is N(0, 1):
+    """The leaf noise of the sweep (`leaves.accept_and_noise`) is N(0, 1):
     KS over 2**21 draws (the distinct values: the deepest level of the
     heap), and the frequencies beyond 3, 4 and 4.5 sd on each side match
     the normal's (Poisson, two-sided)."""
-    draw = jax.jit(lambda key: mcmcstep._accept_and_noise(key, 64, 2**16)[1][:, 2**15 :])
+    draw = jax.jit(lambda key: leaves.accept_and_noise(key, 64, 2**16)[1][:, 2**15 :])
     z = np.concatenate([np.asarray(draw(k)).ravel() for k in random.split(random.key(0), 1)])
     assert z.size == 2**21
     assert stats.kstest(z, stats.norm.cdf).pvalue > P_MIN
@@ -1325,7 +1327,7 @@ def test_leaf_noise_tails():
     monotone in the uniform it builds."""
     words = np.array([0, 1, 2, 3, 2**24, 2**32 - 2, 2**32 - 1], np.uint32)
     lo = np.array([0, 0, 2**32 - 1, 2**32 - 1, 7, 2**32 - 1, 2**32 - 1], np.uint32)
-    z = np.asarray(mcmcstep._normal_from_words(jnp.asarray(words), jnp.asarray(lo)))
+    z = np.asarray(rng.normal_from_words(jnp.asarray(words), jnp.asarray(lo)))
     assert np.all(np.isfinite(z))
     assert -9.5 < z[0] < -9.0  # u = 2**-65
     assert 9.0 < z[1] < 9.5  # the same, sign bit set
@@ -1335,7 +1337,7 @@ def test_leaf_noise_tails():
     assert abs(z[-2]) < 1e-6 and abs(z[-1]) < 1e-6  # u -> 1/2
     # the even words (sign bit clear) give negative draws, growing with the word
     even = np.arange(0, 2**32, 2**27, dtype=np.uint64).astype(np.uint32)
-    neg = np.asarray(mcmcstep._normal_from_words(jnp.asarray(even), jnp.zeros_like(jnp.asarray(even))))
+    neg = np.asarray(rng.normal_from_words(jnp.asarray(even), jnp.zeros_like(jnp.asarray(even))))
     assert np.all(neg <= 0) and np.all(np.diff(neg) > 0)
 
 
@@ -1388,7 +1390,7 @@ def test_weighted_precision_sums_exact_at_large_n():
 # How an error in one term of a move's log MH ratio is modelled.
 #
 # GROW and PRUNE: a constant log factor (+-0.1) added to the term
-# (`moves._TERM_PERTURBATION`). Every term of a move's ratio is present in
+# (`moves.TERM_PERTURBATION`). Every term of a move's ratio is present in
 # every proposal of that move, so a constant on one term is the same
 # perturbation as on any other term of that move: one term per move and sign.
 #
@@ -1396,7 +1398,7 @@ def test_weighted_precision_sums_exact_at_large_n():
 # under the prior, where min(1, c) keeps detailed balance: a constant factor
 # is nearly invisible (measured: p ~ 0.2) and is the wrong model of an error.
 # There a "10% error" is the term multiplied by 1.1 or 0.9
-# (`moves._TERM_SCALE`): a term log g(s') - log g(s) scaled by 1 + e makes
+# (`moves.TERM_SCALE`): a term log g(s') - log g(s) scaled by 1 + e makes
 # the move target pi * g**e, a wrong law wherever g varies. In configuration
 # 'D' the terms below vary over the proposals (measured on 20,000 prior
 # trees: CHANGE 'children' is non-zero in 10% of proposals, +-0.80; SWAP
@@ -1447,12 +1449,12 @@ def test_prior_test_detects_scaled_term(move, term, setting, num_trees, num_swee
 def make_scaled_prior_runner(terms):
     """`make_prior_runner` with a third argument ``factors``: the factors by
     which the log MH ratio terms ``terms`` ((move, term) pairs) are multiplied,
-    a runtime value (`moves._TERM_SCALE` is read at trace time, so it holds
+    a runtime value (`moves.TERM_SCALE` is read at trace time, so it holds
     the tracers only while tracing)."""
 
     @jax.jit
     def run_chunk(key, state, factors):
-        moves_module._TERM_SCALE.update(zip(terms, factors, strict=True))
+        moves_module.TERM_SCALE.update(zip(terms, factors, strict=True))
         try:
 
             def body(state, key):
@@ -1462,7 +1464,7 @@ def make_scaled_prior_runner(terms):
             return lax.scan(body, state, random.split(key, PRIOR_CHUNK))
         finally:
             for term in terms:
-                del moves_module._TERM_SCALE[term]
+                del moves_module.TERM_SCALE[term]
 
     return run_chunk
 
@@ -1481,7 +1483,7 @@ POWER_CASES = [
 def test_prior_and_posterior_tests_have_power_per_move(monkeypatch, small_data, move, term, log_factor, test):
     """A 10% error (factor exp(+-0.1)) in one term of one move's ratio makes
     the prior test or the exact posterior test fail."""
-    monkeypatch.setitem(moves_module._TERM_PERTURBATION, (move, term), log_factor)
+    monkeypatch.setitem(moves_module.TERM_PERTURBATION, (move, term), log_factor)
     setting = {'grow': 'gp', 'prune': 'gp', 'change': 'change', 'swap': 'swap'}[move]
     if test == 'prior':
         state, _ = run_prior(make_prior_runner(), 'A', 0, setting)  # fresh jit: traces the perturbation
@@ -1561,7 +1563,7 @@ def test_sweep_matches_reference_sweep(path, weighted):
         state = with_plan(state, **changes)
     key_moves, key_sweep = random.split(random.key(5))
     moves = jax.jit(mcmcstep.propose_moves)(key_moves, state)
-    fast, info = jax.jit(sweep_module._sweep_trees)(key_sweep, state, moves)
+    fast, info = jax.jit(sweep_module.sweep_trees)(key_sweep, state, moves)
     plain, plain_info = jax.jit(reference_sweep.sweep_trees)(key_sweep, state, moves)
     for name in ('var_tree', 'split_tree', 'leaf_indices', 'leaf_count'):
         np.testing.assert_array_equal(getattr(fast.forest, name), getattr(plain.forest, name), err_msg=name)

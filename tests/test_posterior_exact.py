@@ -53,7 +53,7 @@ def _enumerate_trees():
     return trees
 
 
-def _log_marginal(resid_sum, count):
+def log_marginal(resid_sum, count):
     post_prec = count / SIGMA2 + 1 / TAU2
     return 0.5 * np.log(1 / TAU2 / post_prec) + 0.5 * (resid_sum / SIGMA2) ** 2 / post_prec
 
@@ -65,7 +65,7 @@ def _exact_posterior(xbin, y):
         ll = 0.0
         for _, lo, hi in leaves:
             mask = (xbin >= lo) & (xbin <= hi)
-            ll += _log_marginal(y[mask].sum(), mask.sum())
+            ll += log_marginal(y[mask].sum(), mask.sum())
         logp.append(np.log(prior) + ll)
     logp = np.array(logp)
     prob = np.exp(logp - logp.max())

@@ -44,7 +44,7 @@ GAMMA_SHAPES = [0.3, 1.0, 2.5, 40.0, 600.0]  # (the error variance's shape is (n
 @pytest.mark.parametrize('seed', [0, 1])
 def test_gamma_draws_follow_the_gamma_law(seed):
     """`_random.gamma` (Marsaglia & Tsang with the normals of
-    `_normal_from_words`, and the boost below shape 1) draws Gamma(shape, 1):
+    `normal_from_words`, and the boost below shape 1) draws Gamma(shape, 1):
     a Kolmogorov-Smirnov test against SciPy's law for shapes from 0.3 to
     600, 20,000 draws each, at a threshold of 1e-4 per test (Bonferroni
     over the shapes and seeds: a correct sampler fails it with probability

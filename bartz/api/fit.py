@@ -373,11 +373,11 @@ class BARTFit:
             }
         sigma_row = rows.get('sigma', {})
         median = rows.get('yhat_train (median point)', {})
-        problems = diagnostics._threshold_problems(  # noqa: SLF001
+        problems = diagnostics.threshold_problems(
             sigma_row.get('rhat'), sigma_row.get('ess_bulk'), median.get('rhat'), num_points
         )
         if problems:
-            msg = diagnostics._convergence_message(problems)  # noqa: SLF001
+            msg = diagnostics.convergence_message(problems)
             warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=2)
         return pd.DataFrame(rows).T
 

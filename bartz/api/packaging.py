@@ -435,7 +435,7 @@ def warn_convergence(fit, X=None) -> None:
         warnings.warn(msg, RuntimeWarning, stacklevel=_warn.user_stacklevel())
         return
     if problems:
-        msg = diagnostics._convergence_message(problems)  # noqa: SLF001
+        msg = diagnostics.convergence_message(problems)
         warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=_warn.user_stacklevel())
 
 

@@ -53,10 +53,6 @@ from bartz.diagnostics.mixing import ess, ess_bulk, ess_tail, rhat
 from bartz.diagnostics.spectral import geweke
 from bartz.diagnostics.tables import summary
 
-# the names `bartz.api` used before they were public
-_convergence_message = convergence_message
-_threshold_problems = threshold_problems
-
 __all__ = [
     'CHECK_POINTS',
     'ESS_MIN',

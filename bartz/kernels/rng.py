@@ -128,7 +128,7 @@ def gamma(key, alpha):
     stream; its loop calls JAX's rolled cipher several times per try).
 
     Try ``c`` (from 1) takes its normal from the two words of counter ``c``
-    of stream 1 (`_normal_from_words`: the normal's law to float32
+    of stream 1 (`normal_from_words`: the normal's law to float32
     accuracy out to 9.2 sd, where ``ndtri`` of a 23-bit uniform has none
     beyond 5.3 sd) and its acceptance uniform from counter ``c`` of stream
     2, in one call of the cipher; with ``alpha < 1``, the boost's uniform
@@ -166,7 +166,7 @@ def gamma(key, alpha):
         counter, _, _ = carry
         d, c, _ = constants()
         hi, lo = _threefry2x32(key_words[0], key_words[1], jnp.broadcast_to(counter, streams.shape), streams)
-        x = _normal_from_words(hi[0], lo[0])
+        x = normal_from_words(hi[0], lo[0])
         u_accept = jnp.maximum(_unit_float(hi[1]), tiny)
         v = (1.0 + c * x) ** 3
         ok = (v > 0) & (jnp.log(u_accept) < 0.5 * x * x + d - d * v + d * jnp.log(jnp.maximum(v, tiny)))
@@ -183,11 +183,6 @@ def gamma(key, alpha):
     value = jnp.where(constants()[2], value, jnp.nan)
     u_boost = jnp.maximum(_unit_float(_threefry2x32(key_words[0], key_words[1], jnp.uint32(0), jnp.uint32(1))[0]), tiny)
     return jnp.where(alpha < 1, value * u_boost ** (1.0 / alpha), value)
-
-
-# the names the sampler imports
-_uniform = uniform
-_gamma = gamma
 
 
 def _unit_float(words):
@@ -217,7 +212,7 @@ def _point_uniforms(key, offset, n):
     tiny = jnp.finfo(jnp.float32).tiny
     key_words = random.key_data(key)
     if key_words.shape == (2,) and key_words.dtype == jnp.uint32:
-        # _uniform(fold_in(key, b), (block,)) for every block b at once
+        # uniform(fold_in(key, b), (block,)) for every block b at once
         k0, k1 = _threefry2x32(key_words[0], key_words[1], jnp.zeros_like(blocks, jnp.uint32), blocks.astype(jnp.uint32))
         count = jnp.arange(block // 2, dtype=jnp.uint32)
         x0, x1 = _threefry2x32(k0[:, None], k1[:, None], count, jnp.zeros_like(count))
@@ -236,7 +231,7 @@ def _normal_quantile(u):
     algorithm AS 241 (PPND7), three rational functions of degree 3.
 
     As accurate as `jax.scipy.special.ndtri` in float32 (relative error
-    below 4e-7 on the grid of `_uniform`, tails included) at about 60% of
+    below 4e-7 on the grid of `uniform`, tails included) at about 60% of
     its cost, which matters for the leaf noise of a sweep (trees x half the heap
     size values per iteration): ``ndtri`` evaluates six rational functions
     of degree 8 and two logarithms per value.
@@ -275,7 +270,7 @@ _PPND7_E = (6.6579051150, 3.0812263860, 0.42868294337, 0.017337203997)
 _PPND7_F = (1.0, 0.24197894225, 0.012258202635)
 
 
-def _normal_from_words(hi, lo):
+def normal_from_words(hi, lo):
     """Standard normals from two uint32 words each, by inversion with
     precision where it matters.
 

@@ -65,20 +65,21 @@ import numpy as np
 from jax import lax
 from jax import numpy as jnp
 
+from bartz import kernels
 from bartz.forest import grove
+from bartz.kernels import rng
 from bartz.run import loop as mcmcloop
 from bartz.sampler import step as mcmcstep
+from bartz.sampler.sweep import log_marginal
 
 __all__ = ['num_bins', 'prior_trees', 'start_chains', 'state_from_trees', 'warm_start']
 
-# the few sampler kernels used here, by their mcmcstep names
-_leaf_sums = mcmcstep._leaf_sums
-_log_marginal = mcmcstep._log_marginal
+_leaf_sums = kernels.leaf_sums
 # fast random numbers (one fused kernel per call on CPU, where JAX's own
 # generators run a rolled loop of a dozen kernels per round; jaxlib 0.10.2)
-_uniform = mcmcstep._uniform
-_split = mcmcstep._split
-_gamma = mcmcstep._gamma
+_uniform = rng.uniform
+_split = rng._split
+_gamma = rng.gamma
 
 
 def _gumbel(u):
@@ -144,9 +145,9 @@ def _redraw_latents(key, state: mcmcstep.State) -> mcmcstep.State:
     """Probit latents or logistic Polya-Gamma variables given the trees; a
     no-op for continuous outcomes."""
     if state.logit_offset is not None:
-        return mcmcstep._draw_latent_logit(key, state)
+        return mcmcstep.draw_latent_logit(key, state)
     if state.z is not None:
-        return mcmcstep._draw_latent(key, state)
+        return mcmcstep.draw_latent(key, state)
     return state
 
 
@@ -413,10 +414,10 @@ def _log_weights(d: int, nodes, left, right, total, lo, hi, split_row, level: _L
     log_var = jnp.where(usable, state.log_s, -jnp.inf)
     log_var = log_var - jax.scipy.special.logsumexp(log_var, axis=1, keepdims=True)
     log_prior_split = jnp.log(p_split) + log_var - jnp.log(jnp.maximum(num_cuts, 1))  # (width, p)
-    log_split = log_prior_split[:, :, None] + _log_marginal(S_l, P_l, inv_sigma2, inv_tau2)
-    log_split = log_split + _log_marginal(S_r, P_r, inv_sigma2, inv_tau2)
+    log_split = log_prior_split[:, :, None] + log_marginal(S_l, P_l, inv_sigma2, inv_tau2)
+    log_split = log_split + log_marginal(S_r, P_r, inv_sigma2, inv_tau2)
     log_split = jnp.where(candidate & can_split[:, None, None], log_split, -jnp.inf)
-    log_stay = jnp.log1p(-p_split) + _log_marginal(S, P, inv_sigma2, inv_tau2)
+    log_stay = jnp.log1p(-p_split) + log_marginal(S, P, inv_sigma2, inv_tau2)
     log_stay = jnp.where(p_split < 1, log_stay, -jnp.inf)
     return log_split, log_stay, exists
 
@@ -481,7 +482,7 @@ def _histograms(X, local, width, bins, stats):
     temporaries take about `_HIST_GROUP_POINTS` point-predictor pairs."""
     p, n = X.shape
     k = stats.shape[1]
-    group = mcmcstep._largest_divisor(p, max(1, _HIST_GROUP_POINTS // max(n, 1)))
+    group = kernels._largest_divisor(p, max(1, _HIST_GROUP_POINTS // max(n, 1)))
     size = width * group * bins
     here = (local >= 0) & (local < width)
     offset = jnp.where(here, local * (group * bins), size)  # out of the level: dropped

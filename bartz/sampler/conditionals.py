@@ -11,14 +11,14 @@ from jax.scipy.special import ndtr, ndtri
 
 from bartz import kernels
 from bartz.forest import grove
-from bartz.kernels.rng import _gamma, _point_uniforms
+from bartz.kernels.rng import _point_uniforms, gamma
 from bartz.sampler import polyagamma
 from bartz.sampler.state import State
 
 _psum = kernels.psum
 
 
-def _draw_sigma2(key, state: State, data_axis=None) -> State:
+def draw_sigma2(key, state: State, data_axis=None) -> State:
     """Conjugate inverse gamma draw of the error variance."""
     resid = state.resid
     sq = resid * resid if state.prec_weights is None else resid * resid * state.prec_weights
@@ -31,11 +31,11 @@ def _draw_sigma2(key, state: State, data_axis=None) -> State:
     n = jnp.sum(counts)
     alpha = state.sigma2_alpha + n.astype(jnp.float32) / 2
     beta = state.sigma2_beta + _psum(jnp.sum(sq), data_axis) / 2
-    sigma2 = beta / _gamma(key, alpha)
+    sigma2 = beta / gamma(key, alpha)
     return state._replace(sigma2=sigma2.astype(jnp.float32))
 
 
-def _draw_latent(key, state: State, data_axis=None) -> State:
+def draw_latent(key, state: State, data_axis=None) -> State:
     """Albert & Chib: latent ~ N(f, 1) truncated to the side given by y."""
     mean = state.z - state.resid
     n = mean.shape[0]
@@ -55,7 +55,7 @@ def _draw_latent(key, state: State, data_axis=None) -> State:
     return state._replace(z=z, resid=jnp.where(real, z - mean, 0.0))
 
 
-def _draw_latent_logit(key, state: State, data_axis=None) -> State:
+def draw_latent_logit(key, state: State, data_axis=None) -> State:
     """Logistic BART by Polya-Gamma augmentation (Polson, Scott & Windle 2013).
 
     With ``psi_i = offset + f_i``, ``omega_i | psi_i ~ PG(1, psi_i)``
@@ -85,7 +85,7 @@ def _draw_latent_logit(key, state: State, data_axis=None) -> State:
 _THETA_GRID_SIZE = 1000
 
 
-def _draw_dart(key, state: State) -> State:
+def draw_dart(key, state: State) -> State:
     """DART: ``s | counts ~ Dirichlet(theta/p + counts)`` over the
     predictors, then theta by griddy Gibbs on ``lambda = theta / (theta +
     rho)`` over the grid ``k / 1001``, k = 1..1000, as R's BART. Predictors

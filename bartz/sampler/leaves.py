@@ -10,7 +10,7 @@ from jax import numpy as jnp
 
 from bartz import kernels
 from bartz._compile import programs as _programs
-from bartz.kernels.rng import _normal_from_words, _random_words, _unit_float
+from bartz.kernels.rng import normal_from_words, _random_words, _unit_float
 
 # the heap slot (never a node) where a tree's output row keeps its flags
 _FLAGS_SLOT = 0
@@ -21,7 +21,7 @@ def _row_accepted(row):
     return (lax.bitcast_convert_type(row[_FLAGS_SLOT, 1], jnp.int32) & 1).astype(bool)
 
 
-def _final_leaves(cells, remapped, accepted):
+def final_leaves(cells, remapped, accepted):
     """The final leaves of points in their cells: ``cells`` ``(..., n)``,
     ``remapped`` ``(..., 3, 2)`` the (at most two) cells whose points can
     change leaf (-1: unused), their current and their proposed leaves,
@@ -41,10 +41,10 @@ def _leaf_draw(stats, noise, inv_sigma2, inv_tau2):
 
 
 @_programs.inlined
-def _accept_and_noise(key, num_trees, heap_size):
+def accept_and_noise(key, num_trees, heap_size):
     """Log acceptance uniforms ``(m,)`` and standard normal leaf noise
     ``(m, H)`` by heap slot, from ``H / 2`` values per tree, one per slot of
-    the deepest level of the heap, which `_noise_slot` maps to the slots:
+    the deepest level of the heap, which `noise_slot` maps to the slots:
     the leaves of any tree get distinct (independent) values.
 
     Half the Threefry words of one value per slot. The words are expanded,
@@ -55,17 +55,17 @@ def _accept_and_noise(key, num_trees, heap_size):
     if words is None:
         key_u, key_noise = random.split(key)
         u = random.uniform(key_u, (num_trees,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
-        return jnp.log(u), _noise_by_slot(random.normal(key_noise, (num_trees, size)))
+        return jnp.log(u), noise_by_slot(random.normal(key_noise, (num_trees, size)))
     u = jnp.maximum(_unit_float(words[:num_trees]), jnp.finfo(jnp.float32).tiny)
-    pairs = _noise_by_slot(words[num_trees:].reshape(2, num_trees, size))
-    return jnp.log(u), _normal_from_words(pairs[0], pairs[1])
+    pairs = noise_by_slot(words[num_trees:].reshape(2, num_trees, size))
+    return jnp.log(u), normal_from_words(pairs[0], pairs[1])
 
 
-def _noise_slot(heap_size: int) -> np.ndarray:
+def noise_slot(heap_size: int) -> np.ndarray:
     """For each heap slot ``(H,)``, which of the ``H / 2`` leaf noise values
-    of `_accept_and_noise` it takes: the position, on the deepest level of
+    of `accept_and_noise` it takes: the position, on the deepest level of
     the heap, of the slot's leftmost descendant there (the map that
-    `_noise_by_slot` applies, written as indices for the tests).
+    `noise_by_slot` applies, written as indices for the tests).
 
     The leaves of a tree partition that level into the ranges of their
     descendants, so their leftmost descendants differ: the leaves of any
@@ -79,8 +79,8 @@ def _noise_slot(heap_size: int) -> np.ndarray:
     return np.where(slot == 0, 0, (slot << (deepest - depth)) - (1 << deepest)).astype(np.int32)
 
 
-def _noise_by_slot(noise):
-    """``noise[..., _noise_slot(H)]`` for ``noise`` ``(..., H / 2)``, as
+def noise_by_slot(noise):
+    """``noise[..., noise_slot(H)]`` for ``noise`` ``(..., H / 2)``, as
     strided slices (the slots of depth d take every ``2**(D - d)``-th value,
     D the deepest level), which XLA fuses into the kernel that reads them."""
     size = noise.shape[-1]

@@ -55,8 +55,8 @@ machine tricks (packed masks, element-wise reductions, values kept in
 kernels of their own) in `_move_bits`, the cells of the sweep in
 `_move_cells`; `bartz.sampler.reference` is the same proposal, plainly.
 
-The log ratio of each kind is a sum of named terms (`_TERM_PERTURBATION`
-and `_TERM_SCALE` let the tests perturb any one of them and check that the
+The log ratio of each kind is a sum of named terms (`TERM_PERTURBATION`
+and `TERM_SCALE` let the tests perturb any one of them and check that the
 prior test notices).
 
 References
@@ -130,8 +130,8 @@ ALL_KINDS = (True, True, True, True)
 # log factor added to that term} and {(move name, term name): factor the
 # term is multiplied by} (a state-dependent error: scaling a term
 # log g(s') - log g(s) makes the chain target pi * g**(factor - 1))
-_TERM_PERTURBATION: dict = {}
-_TERM_SCALE: dict = {}
+TERM_PERTURBATION: dict = {}
+TERM_SCALE: dict = {}
 
 
 def move_probs_array(moves=None) -> np.ndarray:
@@ -234,8 +234,8 @@ def _sum_terms(move, terms):
     """The sum of a move's named log ratio terms (with the test hooks)."""
     total = 0.0
     for name, value in terms.items():
-        factor = _TERM_SCALE.get((move, name), 1.0)
-        total = total + value * factor + _TERM_PERTURBATION.get((move, name), 0.0)
+        factor = TERM_SCALE.get((move, name), 1.0)
+        total = total + value * factor + TERM_PERTURBATION.get((move, name), 0.0)
     return total
 
 

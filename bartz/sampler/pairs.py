@@ -30,7 +30,7 @@ from bartz import kernels
 from bartz._compile import programs as _programs
 from bartz.kernels import cpu as _cpu
 from bartz.kernels.plan import SweepPlan
-from bartz.sampler.leaves import _final_leaves, _row_accepted
+from bartz.sampler.leaves import final_leaves, _row_accepted
 
 _PAIR_CELLS = 8  # (cells per tree of a shared pass: pairs of cells ``8 a + b`` below 64)
 
@@ -58,7 +58,7 @@ def pair_eligible(moves, num_trees, pair_shared):
 
 
 def _pair_sweep(resid, cell_indices, eligible, remapped_cells, tree_stats, heap_size, num_trees, num_columns, plan):
-    """The loop over trees of `bartz.sampler.sweep._sweep_trees`, by pairs of trees.
+    """The loop over trees of `bartz.sampler.sweep.sweep_trees`, by pairs of trees.
 
     `resid`: the one data block's residuals beside a column of ones.
     Returns the residuals (as `resid`), the final leaves of the points and
@@ -137,7 +137,7 @@ def _with_change(pairs, resid, *row_deltas):
 def _final_row(pairs, leaf_indices, row, j, out, first):
     accepted = _row_accepted(out)
     remapped = jnp.where(first, -1, lax.dynamic_index_in_dim(pairs.remapped_cells, j, 0, keepdims=False))
-    final = _final_leaves(row, remapped, accepted)
+    final = final_leaves(row, remapped, accepted)
     return lax.dynamic_update_slice(leaf_indices, final[None], (j, jnp.zeros((), j.dtype)))
 
 

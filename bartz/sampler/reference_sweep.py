@@ -1,6 +1,6 @@
 """A plain, slow, readable sweep over trees that the fast one is tested against.
 
-`sweep_trees` computes what `bartz.sampler.sweep._sweep_trees` computes,
+`sweep_trees` computes what `bartz.sampler.sweep.sweep_trees` computes,
 tree after tree, the way Chipman, George & McCulloch (2010) write it: the
 partial residuals of the tree, both trees traversed for every point, the
 sufficient statistics of every leaf of both, the log marginal likelihood
@@ -15,10 +15,10 @@ import numpy as np
 from jax import numpy as jnp
 from jax import ops
 
-from bartz.sampler.leaves import _accept_and_noise, _leaf_draw
+from bartz.sampler.leaves import accept_and_noise, _leaf_draw
 from bartz.sampler.moves import Moves
 from bartz.sampler.state import Forest, State, StepInfo
-from bartz.sampler.sweep import _log_marginal
+from bartz.sampler.sweep import log_marginal
 
 
 def traverse(X, var_tree, split_tree):
@@ -60,7 +60,7 @@ def sweep_trees(key, state: State, moves: Moves):
     with the new trees and residuals, and the `StepInfo`."""
     forest = state.forest
     num_trees, heap_size = forest.leaf_tree.shape
-    log_u, noise = _accept_and_noise(key, num_trees, heap_size)
+    log_u, noise = accept_and_noise(key, num_trees, heap_size)
     inv_sigma2, inv_tau2 = 1.0 / state.sigma2, 1.0 / state.leaf_prior_var
     real = forest.leaf_indices[0] != 0  # padding has no leaf
     weights = jnp.ones_like(state.resid) if state.prec_weights is None else state.prec_weights
@@ -75,8 +75,8 @@ def sweep_trees(key, state: State, moves: Moves):
 
         s_now, p_now, n_now = leaf_stats(leaves_now, partial, weights, real, heap_size)
         s_new, p_new, n_new = leaf_stats(leaves_new, partial, weights, real, heap_size)
-        log_ratio = jnp.sum(jnp.where(moves.new_leaf[j], _log_marginal(s_new, p_new, inv_sigma2, inv_tau2), 0.0)) - jnp.sum(
-            jnp.where(moves.leaf[j], _log_marginal(s_now, p_now, inv_sigma2, inv_tau2), 0.0)
+        log_ratio = jnp.sum(jnp.where(moves.new_leaf[j], log_marginal(s_new, p_new, inv_sigma2, inv_tau2), 0.0)) - jnp.sum(
+            jnp.where(moves.leaf[j], log_marginal(s_now, p_now, inv_sigma2, inv_tau2), 0.0)
         )
         allowed = moves.allowed[j] & jnp.all(~moves.new_leaf[j] | (n_new >= state.min_points_per_leaf))
         accept = allowed & (log_u[j] < moves.log_ratio_tree[j] + log_ratio)

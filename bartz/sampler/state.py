@@ -198,7 +198,7 @@ def init(
     logit_offset
         For binary ``y``: None for probit; a float for logistic BART
         (``P(y = 1) = 1 / (1 + exp(-(logit_offset + f)))``), sampled by
-        Polya-Gamma augmentation (`_draw_latent_logit`). Then ``z`` holds
+        Polya-Gamma augmentation (`draw_latent_logit`). Then ``z`` holds
         the Gaussian pseudo-responses minus the offset and `prec_weights`
         the Polya-Gamma variables (per chain), so `prec_weights` must be
         None.
@@ -247,7 +247,7 @@ def init(
     if prec_weights is not None:
         prec_weights = np.where(valid, np.asarray(prec_weights, np.float32), 0.0).astype(np.float32)
     if prec_weights is not None and not logistic:
-        # (logistic: the weights change every sweep, see `_draw_latent_logit`)
+        # (logistic: the weights change every sweep, see `draw_latent_logit`)
         leaf_prec = np.zeros((num_trees, heap_size), np.float32)
         leaf_prec[:, 1] = np.sum(prec_weights, dtype=np.float32)
     forest = Forest(

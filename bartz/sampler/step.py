@@ -73,20 +73,11 @@ import numpy as np
 from jax import lax
 from jax import numpy as jnp
 
+from bartz import kernels
 from bartz._compile import programs as _programs
-from bartz.kernels import _largest_divisor, _leaf_sums, _lookup, _psum  # noqa: F401 (used by warmstart, tests)
+from bartz.kernels import rng
 from bartz.kernels.plan import SweepPlan, plan_sweep
-from bartz.kernels.rng import (  # noqa: F401 (fold_in is public here; the others are used by tests and peers)
-    _gamma,
-    _normal_from_words,
-    _point_uniforms,
-    _random_words,
-    _split,
-    _threefry2x32,
-    _uniform,
-    _unit_float,
-    fold_in,
-)
+from bartz.kernels.rng import fold_in
 from bartz.sampler.chains import (
     chain_axes,
     chain_fields,
@@ -96,21 +87,10 @@ from bartz.sampler.chains import (
     stack_chains,
     unstack_chains,
 )
-from bartz.sampler.conditionals import _THETA_GRID_SIZE, _draw_dart, _draw_latent, _draw_latent_logit, _draw_sigma2  # noqa: F401
-from bartz.sampler.leaves import (  # noqa: F401 (used by tests)
-    _FLAGS_SLOT,
-    _accept_and_noise,
-    _final_leaves,
-    _leaf_draw,
-    _noise_by_slot,
-    _noise_slot,
-    _row_accepted,
-)
-from bartz.sampler.moves import ALL_KINDS, Moves, move_probs_array
-from bartz.sampler.moves import propose_tree as _propose_tree
-from bartz.sampler.pairs import _PAIR_CELLS, _pair_sweep  # noqa: F401
-from bartz.sampler.state import Dart, Forest, MoveKinds, State, StepInfo, _init_dart, _move_kinds, _uint_for, init, plan_for  # noqa: F401
-from bartz.sampler.sweep import _EARLIER, _TreeInputs, _log_marginal, _sweep_trees  # noqa: F401
+from bartz.sampler.conditionals import draw_dart, draw_latent, draw_latent_logit, draw_sigma2
+from bartz.sampler.moves import ALL_KINDS, Moves, move_probs_array, propose_tree
+from bartz.sampler.state import Dart, Forest, MoveKinds, State, StepInfo, init, plan_for
+from bartz.sampler.sweep import sweep_trees
 
 __all__ = [
     'Dart',
@@ -143,14 +123,14 @@ def propose_moves(key, state: State) -> Moves:
     every tree at once."""
     forest = state.forest
     num_trees = forest.split_tree.shape[0]
-    u = _uniform(key, (num_trees, 4))
+    u = rng.uniform(key, (num_trees, 4))
     move_probs = _move_probs(state)
     kinds = ALL_KINDS if state.move_kinds is None else state.move_kinds.enabled
     exhaustible = None if state.move_kinds is None else state.move_kinds.exhaustible
     uniform = state.move_kinds is not None and state.move_kinds.uniform_splits
     # (the small fields come as their entries, stacked here: fewer kernels
     # than stacked inside the vmap)
-    propose = functools.partial(_propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible, uniform_splits=uniform)
+    propose = functools.partial(propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible, uniform_splits=uniform)
     propose = jax.vmap(propose, in_axes=(0, 0, 0, None, None, None, None))
     moves = _programs.inlined(propose)(
         u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
@@ -183,17 +163,17 @@ def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple
     -------
     The new state and diagnostics of the sweep.
     """
-    key_moves, key_sweep, key_last, key_dart = _split(key, 4)
+    key_moves, key_sweep, key_last, key_dart = rng._split(key, 4)
     moves = propose_moves(key_moves, state)
-    state, info = _sweep_trees(key_sweep, state, moves, data_axis, plan_for(state, data_axis))
+    state, info = sweep_trees(key_sweep, state, moves, data_axis, plan_for(state, data_axis))
     if state.dart is not None:
-        state = _draw_dart(key_dart, state)
+        state = draw_dart(key_dart, state)
     if state.logit_offset is not None:
-        state = _draw_latent_logit(key_last, state, data_axis)
+        state = draw_latent_logit(key_last, state, data_axis)
     elif state.z is not None:
-        state = _draw_latent(key_last, state, data_axis)
+        state = draw_latent(key_last, state, data_axis)
     else:
-        state = _draw_sigma2(key_last, state, data_axis)
+        state = draw_sigma2(key_last, state, data_axis)
     return state, info
 
 
@@ -228,7 +208,7 @@ def refresh(state: State, *, data_axis: str | None = None) -> State:
       (leaf index 0) keep residual 0.
     - ``leaf_prec[j] = sum of prec_weights by leaf_indices[j]``, one scatter
       per tree, if the state carries them (with fixed weights; a logistic
-      state has none, see `_draw_latent_logit`).
+      state has none, see `draw_latent_logit`).
 
     Leaf counts are integers and exact: they are not recomputed. The draws
     of the chain are unchanged in law; `bartz.mcmcloop.run_mcmc` calls this
@@ -251,14 +231,14 @@ def refresh(state: State, *, data_axis: str | None = None) -> State:
     num_trees, n = forest.leaf_indices.shape
     heap_size = forest.leaf_tree.shape[1]
     plan = plan_for(state, data_axis)
-    group = _largest_divisor(num_trees, 8)  # trees per loop iteration: few kernels, a small program
+    group = kernels._largest_divisor(num_trees, 8)  # trees per loop iteration: few kernels, a small program
 
     def add_trees(g, fx):
         rows = lax.dynamic_slice_in_dim(forest.leaf_indices, g * group, group)
         values = lax.dynamic_slice_in_dim(forest.leaf_tree, g * group, group)
         # sequential over the group's trees: the same rounding for any group size
         for k in range(group):
-            fx = fx + _lookup(values[k], rows[k], plan=plan)
+            fx = fx + kernels.lookup(values[k], rows[k], plan=plan)
         return fx
 
     fx = lax.fori_loop(0, num_trees // group, add_trees, jnp.zeros(n, jnp.float32))
@@ -267,6 +247,6 @@ def refresh(state: State, *, data_axis: str | None = None) -> State:
     resid = jnp.where(real, target.astype(jnp.float32) - fx, 0.0)
     if forest.leaf_prec is not None:
         weights = jnp.where(real, state.prec_weights, 0.0)
-        leaf_prec = lax.map(lambda row: _leaf_sums(row, weights, heap_size, plan=plan), forest.leaf_indices)
-        forest = forest._replace(leaf_prec=_psum(leaf_prec, data_axis))
+        leaf_prec = lax.map(lambda row: kernels.leaf_sums(row, weights, heap_size, plan=plan), forest.leaf_indices)
+        forest = forest._replace(leaf_prec=kernels.psum(leaf_prec, data_axis))
     return state._replace(resid=resid, forest=forest)

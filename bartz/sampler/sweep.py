@@ -43,7 +43,7 @@ from bartz import kernels
 from bartz._compile import programs as _programs
 from bartz.kernels import cpu as _cpu
 from bartz.kernels.plan import SweepPlan
-from bartz.sampler.leaves import _FLAGS_SLOT, _accept_and_noise, _final_leaves, _leaf_draw, _row_accepted
+from bartz.sampler.leaves import _FLAGS_SLOT, accept_and_noise, final_leaves, _leaf_draw, _row_accepted
 from bartz.sampler.moves import Moves
 from bartz.sampler.pairs import _pair_sweep, pair_eligible
 from bartz.sampler.state import Forest, State, StepInfo, plan_for
@@ -62,7 +62,7 @@ _COUNTED_OF_KIND = np.array([[0, -1], [-1, -1], [2, 3], [3, -1]])
 _REMAPPED_OF_KIND = np.array([[0, 1], [0, 1], [2, 3], [1, 3]])
 
 
-def _log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
+def log_marginal(resid_sum, prec_sum, inv_sigma2, inv_tau2):
     """Log marginal likelihood of a leaf, up to terms that cancel in ratios."""
     post_prec = prec_sum * inv_sigma2 + inv_tau2
     scaled_sum = resid_sum * inv_sigma2
@@ -102,7 +102,7 @@ class _Sweep(NamedTuple):
     xs: _TreeInputs
 
 
-def _sweep_trees(key, state: State, moves: Moves, data_axis=None, plan: SweepPlan | None = None):
+def sweep_trees(key, state: State, moves: Moves, data_axis=None, plan: SweepPlan | None = None):
     """Accept/reject the moves and redraw the leaves, one tree after the other.
 
     Returns the state with the new trees and residuals, and the `StepInfo`.
@@ -112,7 +112,7 @@ def _sweep_trees(key, state: State, moves: Moves, data_axis=None, plan: SweepPla
     if plan is None:
         plan = plan_for(state, data_axis)
     # one RNG call: the acceptance uniforms and the leaf noise
-    log_u, noise = _accept_and_noise(key, num_trees, heap_size)
+    log_u, noise = accept_and_noise(key, num_trees, heap_size)
     cell_indices = kernels.cell_partitions(state.X, forest.leaf_indices, moves.var, moves.split, moves.remap_leaf, moves.remap_cell)
     if state.move_kinds is not None and state.move_kinds.grow_prune_only:
         # GROW and PRUNE touch two cells (the node's children): the last
@@ -246,7 +246,7 @@ def _finish(sweep: _Sweep, resid, leaf_indices, rows, prev_row, prev_cells, j):
     `prev_row`, whose last column is ``old - new`` value by slot; `rows`: its
     cells, the carried rows of each block, or None: read from the cells)
     applied to the residuals; with `write_in_loop`, its final leaves written
-    in `leaf_indices` too (`prev_cells`: its remapped cells, `_final_leaves`)."""
+    in `leaf_indices` too (`prev_cells`: its remapped cells, `final_leaves`)."""
     plan, heap_size = sweep.plan, sweep.heap_size
     delta = prev_row[:, -1]
     if plan.write_in_loop:
@@ -262,7 +262,7 @@ def _finish(sweep: _Sweep, resid, leaf_indices, rows, prev_row, prev_cells, j):
             change = jnp.stack([change, jnp.zeros_like(change)], axis=1)
         out.append(block_resid + change)
         if plan.write_in_loop:
-            final = _final_leaves(row, prev_cells, accepted)
+            final = final_leaves(row, prev_cells, accepted)
             leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None], (j, jnp.asarray(start, j.dtype)))
     return tuple(out), leaf_indices
 
@@ -408,7 +408,7 @@ def _log_ratio(sweep: _Sweep, cell_stats, same, first, count_col, move):
     enter the ratio, each once, at its first cell (`first`); in the same
     reduction, the number of leaves of the proposed tree with too few points."""
     leaf_stats = _over_cells(sweep.num_cells, same, cell_stats)  # (2, 4, C)
-    marginals = _log_marginal(leaf_stats[..., 0], leaf_stats[..., 1], sweep.inv_sigma2, sweep.inv_tau2)  # (2, 4)
+    marginals = log_marginal(leaf_stats[..., 0], leaf_stats[..., 1], sweep.inv_sigma2, sweep.inv_tau2)  # (2, 4)
     too_small = first[1] & (leaf_stats[1, :, count_col] < sweep.min_points)
     terms = [jnp.where(first[1], marginals[1], 0.0) - jnp.where(first[0], marginals[0], 0.0), too_small.astype(jnp.float32)]
     totals = jnp.sum(jnp.stack(terms), axis=1)
@@ -469,7 +469,7 @@ def _sweep_result(state: State, moves: Moves, sweep: _Sweep, outs, resid, leaf_i
     accepted, allowed = (flags & 1).astype(bool), (flags & 2).astype(bool)
     if not sweep.plan.write_in_loop:
         # the final leaf of every point in every tree, in one pass
-        leaf_indices = _final_leaves(sweep.cell_indices, remapped_cells, accepted)
+        leaf_indices = final_leaves(sweep.cell_indices, remapped_cells, accepted)
     leaf_count = bits.at[:, _FLAGS_SLOT].set(0)
     leaf_prec = outs[:, :, 2] if sweep.keep_prec else None
     resid = jnp.concatenate([r[:, 0] for r in resid] if sweep.plan.stacked else resid)
