@@ -384,7 +384,6 @@ def programs_in(monkeypatch, tmp_path):
     ``reset_cache``)."""
     from bartz.run import loop as mcmcloop
 
-    monkeypatch.setattr(_programs, 'enabled', True)  # the suite's switch (conftest.py)
     before = jax.config.jax_compilation_cache_dir
     jax.config.update('jax_compilation_cache_dir', str(tmp_path))
     mcmcloop.chunk_runner.cache_clear()
@@ -509,7 +508,6 @@ def test_programs_off_without_cache_or_jit(monkeypatch):
     assert _programs.programs_folder('/somewhere') == Path('/somewhere/bartz-programs')
     assert _programs.programs_folder('gs://bucket/cache') is None
     assert _programs.programs_folder(None) is None
-    monkeypatch.setattr(_programs, 'enabled', True)  # the suite's switch (conftest.py)
     assert _programs.tracked()
     session = compile_cache.cache_dir()  # the session's cache (conftest.py)
     assert _programs.directory() == Path(session) / 'bartz-programs'
@@ -572,7 +570,6 @@ def test_programs_only_where_checked(monkeypatch):
     decides."""
     import numpy as np  # noqa: PLC0415
 
-    monkeypatch.setattr(_programs, 'enabled', True)  # the suite's switch (conftest.py)
     array = jax.numpy.zeros(3)
     assert keys.PLATFORMS == ('cpu', 'gpu')
     assert _programs.tracked()
@@ -726,8 +723,7 @@ def test_quick_options_policy(monkeypatch):
         assert xla_options.quick_options(1024, 300, 200, 1) == quick
     assert not _programs.quick_allowed(checked_jaxlib=())
     assert _programs.quick_allowed(checked_jaxlib=(jaxlib.__version__,))
-    monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
-    assert xla_options.quick_options(1024, 300, 200, 1) is None
+    assert xla_options.quick_options(1024, 300, 200, 1, backend='gpu') is None
 
 
 def test_quick_option_unknown_to_xla_compiles_as_usual(programs_in):

@@ -66,7 +66,7 @@ def chunk_options(n: int) -> tuple:
     return (*options, ('xla_disable_hlo_passes', ','.join(passes)))
 
 
-def quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict | None:
+def quick_options(n: int, iterations: int, num_trees: int, runs: int, *, backend: str | None = None) -> dict | None:
     """XLA options for a quick first chunk program (`bartz._compile.programs.persistent`'s
     ``quick``), or None to compile the full program only.
 
@@ -98,12 +98,15 @@ def quick_options(n: int, iterations: int, num_trees: int, runs: int) -> dict | 
     runs
         Iterations in a row on one thread per iteration of the run (the
         chains per worker).
+    backend
+        The backend the program runs on; None for JAX's default.
 
     Returns
     -------
-    The options of the quick program, or None.
+    The options of the quick program, or None (always off a CPU).
     """
-    if jax.default_backend() != 'cpu' or not _programs.quick_allowed():
+    backend = jax.default_backend() if backend is None else backend
+    if backend != 'cpu' or not _programs.quick_allowed():
         return None
     extra = iterations * runs * num_trees * (QUICK_COST_PER_TREE + QUICK_COST_PER_POINT * n)
     if extra > QUICK_MAX_EXTRA_SECONDS:
