@@ -260,3 +260,13 @@ def test_refresh_on_a_mesh(weighted, keys):
     if weighted:
         np.testing.assert_allclose(sharded.forest.leaf_prec, plain.forest.leaf_prec, rtol=1e-6)
         assert not np.allclose(plain.forest.leaf_prec, state.forest.leaf_prec, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ('name', 'value'), [('refresh_every', 0), ('refresh_every', 2.5), ('refresh_every', True), ('calls_ahead', -1)]
+)
+def test_run_mcmc_refuses_bad_counts(name, value):
+    """A refresh period below 1, or a negative number of calls ahead, is
+    refused by name before anything is traced."""
+    with pytest.raises(ValueError, match=f'{name} must be an integer >= {1 if name == "refresh_every" else 0}, got'):
+        mcmcloop.run_mcmc(random.key(0), small_state(False), n_burn=1, n_save=1, printevery=None, **{name: value})

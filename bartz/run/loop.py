@@ -185,6 +185,8 @@ def run_mcmc(
     draws are the same; after Ctrl-C the returned state is that after the
     call in flight, up to `calls_ahead` calls ahead of the draws returned.
     """
+    _check_count('refresh_every', refresh_every, 1)
+    _check_count('calls_ahead', calls_ahead, 0)
     is_binary = state.z is not None
     num_vars = state.X.shape[0]
     n = state.resid.shape[-1]
@@ -248,6 +250,13 @@ def _call_sizes(n: int, num_chains, save_train: bool, chunk_size, n_skip: int, p
     if printevery:
         iters_per_call = min(iters_per_call, printevery)
     return chunk, chunk_draws, iters_per_call
+
+
+def _check_count(name: str, value, least: int) -> None:
+    """Refuse a count that is not an integer >= `least`, before any tracing."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+        msg = f'{name} must be an integer >= {least}, got {value!r}'
+        raise ValueError(msg)
 
 
 def _place_on_mesh(state: mcmcstep.State, mesh, num_chains) -> mcmcstep.State:
