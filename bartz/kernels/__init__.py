@@ -8,7 +8,8 @@ by `plan_sweep`); a kernel given no plan plans for its own points.
 
 - `leaf_sums(indices, values, size)`: ``zeros(size).at[indices].add(values)``
   (a scatter with lanes, `bartz.kernels.cpu`, or a masked reduction,
-  `bartz.kernels.gpu`);
+  `bartz.kernels.gpu`, or bartz's Pallas kernel, `bartz.kernels.pallas`,
+  when the plan asks for it);
 - `lookup(table, indices)`: ``table[indices]`` for uint8 indices (the
   residual update reads ``old - new`` leaf values by cell);
 - `lane_indices` / `lane_pattern` / `unlane`: the scatter's lanes put in /
@@ -27,7 +28,7 @@ import functools
 from jax import lax
 from jax import numpy as jnp
 
-from bartz.kernels import cpu, gpu
+from bartz.kernels import cpu, gpu, pallas
 from bartz.kernels.plan import COUNT_EXACT_POINTS, SweepPlan, plan_sweep
 
 __all__ = [
@@ -69,6 +70,10 @@ def leaf_sums(indices, values, size, *, laned=False, plan=None):
 
 
 def _leaf_sums_impl(indices, values, size, laned, plan):
+    if plan.pallas:
+        if laned:
+            indices = unlane(indices, size, plan=plan)
+        return pallas.leaf_sums(indices, values, size, interpret=plan.backend == 'cpu')
     if plan.masked_sums:
         return gpu.masked_leaf_sums(indices, values, size)
     if not laned:

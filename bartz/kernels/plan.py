@@ -27,6 +27,8 @@ SPLIT_MAX_POINTS = 2**14
 PAIR_MIN_POINTS = 2**12
 # a float32 sum of 0/1 values is exact below this
 COUNT_EXACT_POINTS = 2**24
+# where the Pallas kernels run: interpreted on CPU, lowered with Triton on GPU
+PALLAS_BACKENDS = ('cpu', 'gpu', 'cuda', 'rocm')
 
 
 @jax.tree_util.register_static
@@ -53,6 +55,7 @@ class SweepPlan:
     split_body: bool  # the loop body split in conditionals of a few kernels (`bartz.kernels.cpu.in_order`)
     pair_loop: bool  # the loop over trees goes by pairs of trees (`bartz.sampler.step._pair_sweep`)
     pair_shared: bool = True  # eligible pairs share one pass over the data (False: two passes each)
+    pallas: bool = False  # per-leaf sums by bartz's Pallas kernel (`bartz.kernels.pallas`; interpreted on CPU)
 
     @property
     def one_block(self) -> bool:
@@ -87,6 +90,7 @@ def plan_sweep(
     weighted: bool = False,
     sharded: bool = False,
     num_trees: int = 2,
+    pallas: bool = False,
 ) -> SweepPlan:
     """Choose the sweep's kernels for `n` points on each device.
 
@@ -104,6 +108,11 @@ def plan_sweep(
         ``psum`` over them).
     num_trees
         Number of trees.
+    pallas
+        Form the per-leaf sums with bartz's Pallas kernel
+        (`bartz.kernels.pallas`), in Pallas' interpret mode on CPU (slow:
+        for tests), with Triton on GPU. Off by default on every backend
+        until a GPU benchmark has measured it against the masked reduction.
 
     Returns
     -------
@@ -139,9 +148,14 @@ def plan_sweep(
       number of trees, from `PAIR_MIN_POINTS` points: two small trees share
       a pass over the data (below, the larger program compiles longer than
       it saves).
+    - ``pallas``: only when asked (then no lanes: the kernel sums each bin
+      through a mask, for which lanes would only multiply the bins).
     """
     if backend is None:
         backend = jax.default_backend()
+    if pallas and backend not in PALLAS_BACKENDS:
+        msg = f'plan_sweep: pallas=True needs a backend in {PALLAS_BACKENDS}, got {backend!r}'
+        raise ValueError(msg)
     cpu = backend == 'cpu'
     if cpu and n >= BLOCK_MIN_POINTS:
         bounds = [0] + [n * b // NUM_BLOCKS // 128 * 128 for b in range(1, NUM_BLOCKS)] + [n]
@@ -157,7 +171,7 @@ def plan_sweep(
         n=n,
         blocks=blocks,
         masked_sums=masked_sums,
-        lanes=not masked_sums,
+        lanes=not (masked_sums or pallas),
         unbatched=cpu,
         count_in_scatter=count_in_scatter,
         stacked=stacked,
@@ -165,4 +179,5 @@ def plan_sweep(
         pad_columns=weighted and cpu,
         split_body=cpu and not sharded and n < SPLIT_MAX_POINTS,
         pair_loop=cpu and not sharded and one_block and stacked and num_trees % 2 == 0 and n >= PAIR_MIN_POINTS,
+        pallas=pallas,
     )
