@@ -40,6 +40,7 @@ from bartz.api import estimators, io, partial  # noqa: E402
 from bartz.api.estimators import BARTClassifier, BARTRegressor  # noqa: E402
 from bartz.api.gbart import BARTFit, gbart, mc_gbart  # noqa: E402
 from bartz.api.io import load  # noqa: E402
+from bartz.api.treedraws import from_treedraws  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
 from bartz.forest import grove  # noqa: E402
 from bartz.prep import cutpoints as prepcovars  # noqa: E402
@@ -70,6 +71,7 @@ __all__ = [
     'diagnostics',
     'encoding',
     'estimators',
+    'from_treedraws',
     'gbart',
     'grove',
     'io',

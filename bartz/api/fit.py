@@ -22,6 +22,7 @@ from bartz import diagnostics
 from bartz._compile import programs as _programs
 from bartz.api import _fitfile, packaging, partial
 from bartz.api import predict as predict_mod
+from bartz.api import treedraws as treedraws_mod
 from bartz.api.packaging import STAGES, bin_matrix, link_params, warn_convergence, x_test_link  # noqa: F401
 from bartz.forest import grove
 from bartz.prep import encoding as encoding_mod
@@ -252,6 +253,14 @@ class BARTFit:
         ``lower``, ``upper``; binary fits on the probability scale.
         """
         return partial.partial_dependence(self, x, var, grid, kind=kind, level=level, max_memory=max_memory)
+
+    def treedraws(self) -> dict:
+        """The trees in R BART's ``post$treedraws`` form, ``{'cutpoints':
+        [array per predictor], 'trees': str}``, which R's ``predict`` reads;
+        the offset (R's ``mu`` or ``binaryOffset``) is ``offset``. A method:
+        it builds the whole text. `bartz.api.treedraws` has the format, the
+        R lines that load it, and ``write_treedraws``, which streams it to files."""
+        return treedraws_mod.fit_treedraws(self)
 
     # ------------------------------------------------------------ summaries
 
