@@ -383,13 +383,15 @@ class _Lines:
         self._lines = (line for chunk in source for line in str(chunk).splitlines())
         self.number = 0
 
-    def next(self, expected: str) -> list[str]:
+    def next(self, expected: str, *args) -> list[str]:
+        """The tokens of the next line; `expected` (formatted with `args`
+        only for the message) names it if the text ends before."""
         for line in self._lines:
             self.number += 1
             tokens = line.split()
             if tokens:
                 return tokens
-        msg = f'{_TREES} ends after line {self.number}, where {expected} was expected'
+        msg = f'{_TREES} ends after line {self.number}, where {expected.format(*args)} was expected'
         raise ValueError(msg)
 
     def check_end(self, what: str) -> None:
@@ -427,58 +429,58 @@ def _read_trees(lines: _Lines, cutpoints):
     num_cuts = np.array([c.size for c in cutpoints])
     out = _Heaps(ndpost, ntree, p, int(num_cuts.max()))
     for d in range(ndpost):
-        rows, tree_of, numbers = _draw_lines(lines, d, ntree)
-        out.put(d, *_draw_heaps(rows, tree_of, numbers, ntree, num_cuts))
+        out.put(d, *_draw_heaps(*_draw_lines(lines, d, ntree), ntree, num_cuts))
     lines.check_end(f'the {ndpost} x {ntree} trees of the header')
     return out.var, out.split, out.theta
 
 
 def _draw_lines(lines: _Lines, d: int, ntree: int):
-    """The node lines of draw `d` (tokens), the tree of each, its line number."""
-    rows, tree_of, numbers = [], [], []
+    """The tokens of the node lines of draw `d` (a flat list, 4 a line),
+    the tree of each line and its number."""
+    tokens, tree_of, numbers = [], [], []
+    nodes = 'the number of nodes of tree {} of draw {}'
     for t in range(ntree):
-        where = f'the number of nodes of tree {t + 1} of draw {d + 1}'
-        tokens = lines.next(where)
-        if len(tokens) != 1:
-            msg = f'{_TREES} line {lines.number}: expected {where} (one integer), got {len(tokens)} numbers'
+        count = lines.next(nodes, t + 1, d + 1)
+        if len(count) != 1:
+            where = nodes.format(t + 1, d + 1)
+            msg = f'{_TREES} line {lines.number}: expected {where} (one integer), got {len(count)} numbers'
             raise ValueError(msg)
-        count = _integer(tokens[0], lines, 'the number of nodes', 1)
+        count = _integer(count[0], lines, 'the number of nodes', 1)
         for i in range(count):
-            tokens = lines.next(f'node {i + 1} of {count} of tree {t + 1} of draw {d + 1}')
-            if len(tokens) != 4:
+            node = lines.next('node {} of {} of tree {} of draw {}', i + 1, count, t + 1, d + 1)
+            if len(node) != 4:
                 msg = (
                     f"{_TREES} line {lines.number}: expected node {i + 1} of {count} of tree {t + 1} of draw "
-                    f"{d + 1}, 'nid var cut theta', got {len(tokens)} numbers"
+                    f"{d + 1}, 'nid var cut theta', got {len(node)} numbers"
                 )
                 raise ValueError(msg)
-            rows.append(tokens)
-            tree_of.append(t)
+            tokens += node
             numbers.append(lines.number)
-    return rows, np.array(tree_of), np.array(numbers)
+        tree_of += [t] * count
+    return tokens, np.array(tree_of), np.array(numbers)
 
 
-def _columns(rows, numbers):
-    """``nid, var, cut`` (int64) and ``theta`` (float64) of node lines,
-    converted a column at a time; a bad number is named by its line."""
-    table = np.array(rows)
-    out = [_column(table[:, col], numbers, what, np.int64) for col, what in enumerate(('nid', 'var', 'cut'))]
-    return [*out, _column(table[:, 3], numbers, 'theta', np.float64)]
+def _columns(tokens, numbers):
+    """``nid, var, cut`` (int64) and ``theta`` (float64) of the node lines
+    (`tokens`, 4 a line), a column at a time; a bad one is named by its line."""
+    out = [_column(tokens[i::4], numbers, what, np.int64) for i, what in enumerate(('nid', 'var', 'cut'))]
+    return [*out, _column(tokens[3::4], numbers, 'theta', np.float64)]
 
 
 def _column(tokens, numbers, what, dtype):
     """One column of node lines as `dtype` (non-negative integers, or numbers)."""
     try:
-        values = tokens.astype(dtype)
+        values = np.array(tokens, dtype)
     except (ValueError, OverflowError):
         values = None
     if values is not None and (dtype is np.float64 or np.all(values >= 0)):
         return values
-    for token, number in zip(tokens.tolist(), numbers.tolist(), strict=True):
+    for token, number in zip(tokens, numbers.tolist(), strict=True):
         if not _valid(token, dtype):
             kind = 'a non-negative integer' if dtype is np.int64 else 'a number'
             msg = f'{_TREES} line {number}: {what} must be {kind}, got {token!r}'
             raise ValueError(msg)
-    return np.array([dtype(token) for token in tokens.tolist()], dtype)  # (numpy refused what Python reads)
+    return np.array([dtype(token) for token in tokens], dtype)  # (numpy refused what Python reads)
 
 
 def _valid(token: str, dtype) -> bool:
@@ -499,10 +501,10 @@ def _fail(numbers, bad, message: str, *values) -> None:
         raise ValueError(msg)
 
 
-def _draw_heaps(rows, tree_of, numbers, ntree, num_cuts):
+def _draw_heaps(tokens, tree_of, numbers, ntree, num_cuts):
     """The heap arrays ``(var, split, theta)`` of one draw's node lines
     (``split`` is R's cut plus 1 at internal nodes, 0 elsewhere)."""
-    nid, var, cut, theta = _columns(rows, numbers)
+    nid, var, cut, theta = _columns(tokens, numbers)
     internal = _check_nodes(nid, tree_of, numbers, ntree)
     p = num_cuts.size
     _fail(numbers, internal & (var >= p), 'split variable {} of node {} does not exist: there are {} predictors',
