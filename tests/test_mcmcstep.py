@@ -1574,3 +1574,28 @@ def test_sweep_matches_reference_sweep(path, weighted):
     np.testing.assert_allclose(fast.resid, plain.resid, atol=1e-4)
     if weighted:
         np.testing.assert_allclose(fast.forest.leaf_prec, plain.forest.leaf_prec, rtol=1e-5)
+
+
+# (weighted: with the slow tests)
+@pytest.mark.parametrize('weighted', [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_pallas_kernels_do_not_change_the_chain(weighted):
+    """bartz's Pallas kernels (`SweepPlan.pallas`) on the GPU plan at one
+    block (masked sums, no lanes), interpreted on CPU, where each tree's
+    whole pass over the data is one kernel (`SweepPlan.fused_pass`): the
+    chain of that plan without them (the same trees, the same values up to
+    float rounding); and bit for bit the chain of the Pallas per-leaf sums
+    alone (with lanes: the pass is not fused), which add in the same order.
+    (A plan for 'cpu' interprets the kernels: the GPU plan's fields, on CPU.)"""
+    state = data_state(7, weighted=weighted)
+    gpu = mcmcstep.plan_sweep(DATA_N, backend='gpu', weighted=weighted, num_trees=DATA_TREES).replace(masked_sums=True, lanes=False)
+    fused_plan = gpu.replace(pallas=True, backend='cpu')
+    unfused_plan = fused_plan.replace(lanes=True)
+    assert fused_plan.fused_pass and not (gpu.fused_pass or unfused_plan.fused_pass)
+    masked, _ = run_fresh(7, state._replace(plan=gpu))
+    fused, info = run_fresh(7, state._replace(plan=fused_plan))
+    check_state(fused, DATA_MIN_POINTS)
+    assert int(np.sum(info.grow_accepted)) > 10
+    assert_same_chain(masked, fused)
+    unfused, _ = run_fresh(7, state._replace(plan=unfused_plan))
+    for a, b in zip(jax.tree.leaves(unfused), jax.tree.leaves(fused), strict=True):
+        np.testing.assert_array_equal(a, b)

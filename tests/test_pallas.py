@@ -26,7 +26,8 @@ def pallas_sums(size):
 
 # (n, k, size): n not a multiple of the block, below it, a single point;
 # k None is a column ``(n,)``; sizes not powers of two have their bins rounded up
-CASES = [(1, None, 2), (1, 3, 64), (5, 1, 3), (700, 2, 64), (1000, None, 7), (1000, 3, 16), (4097, 2, 64), (3000, 1, 256)]
+CASES = [(1, None, 2), (1, 3, 64), (5, 1, 3), (700, 2, 64), (1000, None, 7), (1000, 3, 16), (4097, 2, 64), (1536, 3, 64)]
+CASES += [(3000, 1, 256)]
 
 
 @pytest.mark.parametrize(('n', 'k', 'size'), CASES)
@@ -114,3 +115,71 @@ def test_plan_selects_pallas():
     np.testing.assert_array_equal(got, expected)
     with pytest.raises(ValueError, match=r"pallas=True needs a backend in .*got 'tpu'"):
         kernels.plan_sweep(n, backend='tpu', pallas=True)
+
+
+def final_rule(cells, params):
+    """A tree's final leaves as the sweep gives them to `data_pass`: two cells remapped to two leaves."""
+    return kernels.replace_indices(cells, params[:2], params[2:])
+
+
+def weighted_columns(resid, weights):
+    return [resid[0] * weights, weights, jnp.ones_like(weights)]
+
+
+def pass_inputs(rng, n, size, weighted):
+    """`data_pass`'s inputs (dyadic values) and, by XLA, what it returns."""
+    prev, cells = (jnp.asarray(rng.integers(0, size, n), jnp.uint8) for _ in range(2))
+    delta = dyadic(rng, (size,))
+    params = jnp.asarray([3, 5, 7, 1], jnp.int32)
+    if weighted:
+        resid, weights = dyadic(rng, (n,)), jnp.asarray(2.0 ** rng.integers(-2, 3, n), jnp.float32)
+        new_resid = resid + delta[prev]
+        summed = jnp.stack(weighted_columns([new_resid], weights), axis=1)
+    else:  # (stacked: the residuals beside a column of ones, summed as they are)
+        resid, weights = jnp.stack([dyadic(rng, (n,)), jnp.ones(n, jnp.float32)], axis=1), None
+        new_resid = resid.at[:, 0].add(delta[prev])
+        summed = new_resid
+    expected = new_resid, final_rule(prev, params), scatter(cells, summed, size)
+    return (prev, cells, resid, weights, delta, params), expected
+
+
+def fused_pass(weighted, interpret=True):
+    columns = weighted_columns if weighted else (lambda resid, weights: resid)
+    return jax.jit(lambda *args: pallas.data_pass(*args, final=final_rule, columns=columns, interpret=interpret))
+
+
+PASS_CASES = [(1, 2, False), (200, 64, False), (384, 64, False), (1000, 64, True), (3001, 256, True)]
+
+
+@pytest.mark.parametrize(('n', 'size', 'weighted'), PASS_CASES)
+def test_data_pass_exact(n, size, weighted):
+    """The fused pass gives XLA's residual update, final leaves and sums
+    bit for bit on dyadic values; padding points enter no sum (their
+    columns, formed in the kernel, are masked out)."""
+    args, expected = pass_inputs(np.random.default_rng(n), n, size, weighted)
+    out = fused_pass(weighted)(*args)
+    for got, want in zip(out, expected, strict=True):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_data_pass_under_vmap():
+    """Under vmap (chains), each chain's pass, padding points masked in every chain."""
+    rng = np.random.default_rng(7)
+    inputs = [pass_inputs(rng, 300, 16, True) for _ in range(3)]
+    stack = lambda trees: jax.tree.map(lambda *a: jnp.stack(a), *trees)  # noqa: E731
+    args, expected = stack([a for a, _ in inputs]), stack([e for _, e in inputs])
+    out = jax.jit(jax.vmap(fused_pass(True)))(*args)
+    for got, want in zip(out, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize('weighted', [False, True])
+def test_data_pass_lowers_with_triton(weighted):
+    """Without interpret mode the fused pass lowers with Pallas' Triton
+    lowering (as `leaf_sums`), also under vmap (the chains on a GPU)."""
+    args, _ = pass_inputs(np.random.default_rng(0), 3000, 64, weighted)
+    fun = fused_pass(weighted, interpret=False)
+    batched = jax.tree.map(lambda a: jnp.stack([a, a]), args)
+    for f, a in ((fun, args), (jax.jit(jax.vmap(fun)), batched)):
+        assert 'triton' in f.trace(*a).lower(lowering_platforms=('cuda',)).as_text()

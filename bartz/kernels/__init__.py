@@ -10,6 +10,8 @@ by `plan_sweep`); a kernel given no plan plans for its own points.
   (a scatter with lanes, `bartz.kernels.cpu`, or a masked reduction,
   `bartz.kernels.gpu`, or bartz's Pallas kernel, `bartz.kernels.pallas`,
   when the plan asks for it);
+- `data_pass`: a tree's whole pass over the data in one kernel
+  (`bartz.kernels.pallas.data_pass`, when the plan asks for it);
 - `lookup(table, indices)`: ``table[indices]`` for uint8 indices (the
   residual update reads ``old - new`` leaf values by cell);
 - `lane_indices` / `lane_pattern` / `unlane`: the scatter's lanes put in /
@@ -36,6 +38,7 @@ __all__ = [
     'cell_partitions',
     'count_cells',
     'count_equal',
+    'data_pass',
     'lane_indices',
     'lane_pattern',
     'leaf_sums',
@@ -79,6 +82,16 @@ def _leaf_sums_impl(indices, values, size, laned, plan):
     if not laned:
         indices = lane_indices(indices, size, plan=plan)
     return cpu.scatter_leaf_sums(indices, values, size, plan.num_lanes(size))
+
+
+def data_pass(prev_cells, cells, resid, weights, delta, params, *, final, columns, plan):
+    """One tree's pass over the data in one Pallas kernel (with
+    `SweepPlan.fused_pass`): ``resid + delta[prev_cells]`` (first column),
+    the final leaves ``final(prev_cells, params)`` of the tree before, and
+    this tree's sums ``leaf_sums(cells, columns(resid, weights))``; see
+    `bartz.kernels.pallas.data_pass`. Interpreted when the plan is for CPU."""
+    interpret = plan.backend == 'cpu'
+    return pallas.data_pass(prev_cells, cells, resid, weights, delta, params, final=final, columns=columns, interpret=interpret)
 
 
 def lane_indices(indices, size, lane=None, *, plan=None):

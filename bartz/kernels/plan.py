@@ -69,6 +69,13 @@ class SweepPlan:
         return self.one_block
 
     @property
+    def fused_pass(self) -> bool:
+        """Whether each tree's whole pass over the data (the tree before's
+        residual update and final leaves, its own sums) is one Pallas kernel
+        (`bartz.kernels.data_pass`): with `pallas`, at one block, no lanes."""
+        return self.pallas and self.one_block and not self.lanes
+
+    @property
     def carry_rows(self) -> bool:
         """Whether the loop carries a tree's (laned) cells to the next tree
         (one block), else the next tree slices them again."""

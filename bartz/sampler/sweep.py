@@ -276,6 +276,8 @@ def _data_pass(sweep: _Sweep, resid, leaf_indices, prev_rows, prev_row, j):
     `leaf_indices` with `write_in_loop`, else from the cells (not written
     in the loop)."""
     plan = sweep.plan
+    if plan.fused_pass:
+        return _fused_data_pass(sweep, resid, leaf_indices, prev_rows, prev_row, j)
     prev_cells, counted = _at_tree(j, sweep.xs.prev_cells, sweep.xs.counted)
     # (for the first tree, a no-op: zero delta, no cell)
     resid, leaf_indices = _finish(sweep, resid, leaf_indices, prev_rows, prev_row, prev_cells, jnp.maximum(j, 1) - 1)
@@ -302,6 +304,47 @@ def _data_pass(sweep: _Sweep, resid, leaf_indices, prev_rows, prev_row, j):
         # at many data blocks, the counted cells' points over the whole row in one pass
         num_counted = kernels.count_equal(_tree_row(cells, j, 0, sweep.cell_indices.shape[1]), counted)
     return resid, leaf_indices, tuple(rows) if plan.carry_rows else None, (sums, None if plan.count_in_scatter else num_counted)
+
+
+def _fused_data_pass(sweep: _Sweep, resid, leaf_indices, prev_rows, prev_row, j):
+    """`_data_pass` at one block in one kernel (`SweepPlan.fused_pass`,
+    `bartz.kernels.data_pass`): the same residual update, final leaves
+    (`_final_by_params`) and sums by slot (`_sum_columns`)."""
+    plan = sweep.plan
+    prev_cells, counted = _at_tree(j, sweep.xs.prev_cells, sweep.xs.counted)
+    (block_resid,), (prev,), (block_weights,) = resid, prev_rows, sweep.weights
+    row = _tree_row(leaf_indices, j, 0, prev.shape[0])
+    # `final_leaves`' parameters: the remapped cells, then the leaves they go to
+    to = jnp.where(_row_accepted(prev_row), prev_cells[2], prev_cells[1])
+    params = jnp.concatenate([prev_cells[0], to])
+    columns = functools.partial(_sum_columns, sweep)
+    block_resid, final, sums = kernels.data_pass(
+        prev, row, block_resid, block_weights, prev_row[:, -1], params, final=_final_by_params, columns=columns, plan=plan
+    )
+    # (for the first tree, a no-op: zero delta, no cell)
+    leaf_indices = lax.dynamic_update_slice(leaf_indices, final[None], (jnp.maximum(j, 1) - 1, jnp.zeros((), j.dtype)))
+    num_counted = None if plan.count_in_scatter else kernels.count_cells(row, counted)
+    return (block_resid,), leaf_indices, (row,), (sums, num_counted)
+
+
+def _final_by_params(cells, params):
+    """`final_leaves` of a tile of cells, its remapped cells and their
+    final leaves given as the scalars ``params`` (two cells, two leaves)."""
+    return kernels.replace_indices(cells, params[:2], params[2:])
+
+
+def _sum_columns(sweep: _Sweep, resid, weights):
+    """The columns `_block_sums` sums by slot, from the list of a tile's
+    residual columns and its weights (or None)."""
+    plan = sweep.plan
+    if plan.stacked:
+        return resid
+    columns = [resid[0] * weights, weights] if sweep.weighted else [resid[0]]
+    if plan.count_in_scatter:
+        if plan.pad_columns:
+            columns.append(jnp.zeros_like(resid[0]))  # (unread)
+        columns.append(jnp.ones_like(resid[0]))
+    return columns
 
 
 def _block_sums(sweep: _Sweep, row, block_resid, block_weights):
