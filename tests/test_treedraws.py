@@ -249,3 +249,10 @@ def test_trees_as_r_character_vector_or_bad_type():
     np.testing.assert_array_equal(fit.predict(POINTS), SUMS)
     with pytest.raises(ValueError, match=r"treedraws\['trees'\] must be the text .* got int"):
         bartz.from_treedraws({'trees': 3, 'cutpoints': CUTPOINTS})
+
+
+def test_stumps_and_a_predictor_without_cut_points():
+    fit = bartz.from_treedraws({'trees': '2 1 1\n1\n1 0 0 0.5\n1\n1 0 0 -0.25\n', 'cutpoints': [[]]}, offset=1.0)
+    np.testing.assert_array_equal(fit.predict(np.zeros((3, 1))), [[1.5] * 3, [0.75] * 3])
+    with pytest.raises(ValueError, match=r'line 3: cut 0 of node 1 does not exist: predictor 0 has 0 cut-points'):
+        bartz.from_treedraws({'trees': '1 1 1\n3\n1 0 0 0\n2 0 0 1\n3 0 0 2\n', 'cutpoints': [[]]})
