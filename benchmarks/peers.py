@@ -226,7 +226,7 @@ def imports_tree(bartz_file, tree):
     return os.path.dirname(os.path.abspath(bartz_file)) == os.path.join(os.path.abspath(tree), 'bartz')
 
 
-def run_worker(python, spec, env_extra=None, *, ours=False, script=None, tree=None):
+def run_worker(python, spec, env_extra=None, *, ours=False, script=None, tree=None, timeout=TIMEOUT_S):
     """Run `worker(spec)` in a new process of `python`; return its result or {'error': ...}.
 
     This repo's bartz (`ours`) runs from the source tree `tree` (default
@@ -236,6 +236,7 @@ def run_worker(python, spec, env_extra=None, *, ours=False, script=None, tree=No
     `script` (default this file) is the script run as ``script --worker
     SPEC``; it prints its result as the last JSON line of its output
     (``benchmarks/mixing.py`` uses this machinery with its own worker).
+    `timeout`: seconds before the process is killed (an error result).
     """
     script = os.path.abspath(script or __file__)
     dropped = ('PYTHONPATH', 'JAX_COMPILATION_CACHE_DIR', 'BARTZ_COMPILATION_CACHE')
@@ -250,7 +251,7 @@ def run_worker(python, spec, env_extra=None, *, ours=False, script=None, tree=No
         cmd += ['--worker', json.dumps(spec)]
         started = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return {'error': repr(exc)}
         process_s = time.perf_counter() - started
@@ -291,15 +292,16 @@ def plan(args):
     return work
 
 
-def run_workload(label, python, lib, name, fits, env, moves=None, tree=None):
+def run_workload(label, python, lib, name, fits, env, moves=None, tree=None, timeout=TIMEOUT_S):
     """One workload in a fresh process: its result, with ``seconds``
     (`moves`: the tree moves of this repo's bartz, None for its default;
-    `tree`: the source tree of this repo's bartz, None for this one)."""
+    `tree`: the source tree of this repo's bartz, None for this one;
+    `timeout`: seconds before the process is killed)."""
     print(f'{label}: {name} ...', file=sys.stderr, flush=True)
     spec = {'lib': lib, 'fits': fits}
     if lib == OURS and moves:
         spec['moves'] = list(moves)
-    out = run_worker(python, spec, env, ours=lib == OURS, tree=tree)
+    out = run_worker(python, spec, env, ours=lib == OURS, tree=tree, timeout=timeout)
     if 'bartz_file' in out:
         right = imports_tree(out['bartz_file'], tree or REPO) if lib == OURS else not in_repo(out['bartz_file'])
         if not right:
