@@ -41,6 +41,7 @@ from bartz.api.estimators import BARTClassifier, BARTRegressor  # noqa: E402
 from bartz.api.gbart import BARTFit, gbart, mc_gbart  # noqa: E402
 from bartz.api.io import load  # noqa: E402
 from bartz.api.treedraws import from_treedraws  # noqa: E402
+from bartz.api.rfamily import lbart, mc_lbart, mc_pbart, mc_wbart, pbart, predict, wbart  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
 from bartz.forest import grove  # noqa: E402
 from bartz.prep import cutpoints as prepcovars  # noqa: E402
@@ -76,16 +77,23 @@ __all__ = [
     'grove',
     'io',
     'jaxext',
+    'lbart',
     'load',
     'mc_gbart',
+    'mc_lbart',
+    'mc_pbart',
+    'mc_wbart',
     'mcmcloop',
     'mcmcstep',
     'partial',
+    'pbart',
     'plot',
     'polyagamma',
+    'predict',
     'prepcovars',
     'priors',
     'sharding',
+    'wbart',
 ]
 
 

@@ -316,12 +316,14 @@ class BARTFit:
             msg = f'{name} is not available in this fit'
             raise ValueError(msg)
         value = np.asarray(value)
-        if value.shape[0] != self.ndpost:
+        # R's nkeep counts (`bartz.wbart`) keep fewer rows, as many of each chain
+        thinned = name != 'sigma' and value.shape[0] < self.ndpost and value.shape[0] % self.chains == 0
+        if value.shape[0] != self.ndpost and not thinned:
             msg = f'{name} does not have one row per kept draw ({self.ndpost}), its shape is {value.shape}'
             if name == 'sigma':
                 msg += "; sigma includes the burn-in, as in R: by_chain('sigma_') gives the kept draws"
             raise ValueError(msg)
-        return value.reshape(self.chains, self.ndpost // self.chains, *value.shape[1:])
+        return value.reshape(self.chains, value.shape[0] // self.chains, *value.shape[1:])
 
     def diagnostics(self, x_train=None):
         """Convergence summary of the error sd and of the predictions.

@@ -86,6 +86,7 @@ def gbart(
     rho=None,
     xinfo=None,
     usequants=False,
+    cont=False,
     rm_const=True,
     sigest=None,
     sigdf=3,
@@ -168,6 +169,12 @@ def gbart(
     usequants
         Cut-points at quantiles of the unique values instead of evenly
         spaced in the range.
+    cont
+        Treat every column as continuous: ``numcut`` evenly spaced
+        cut-points even where a column has few distinct values (which
+        otherwise get the midpoints between them). R's ``wbart``,
+        ``pbart`` and ``lbart`` have it; R's ``gbart`` does not (its
+        ``cont`` is always FALSE).
     rm_const
         Drop predictors with no usable cut-point (a message says which).
     sigest
@@ -308,7 +315,8 @@ def gbart(
     _programs.watch_maps()  # before anything compiles: a long session stays below Linux's limit of mappings
 
     # 2. encode the columns, cut-points, binning
-    data, key = _encode(x_train, y_train, x_test, w, seed, numcut, xinfo, outcome, settings)
+    _checks._check_bool('cont', cont)
+    data, key = _encode(x_train, y_train, x_test, w, seed, (numcut, xinfo, bool(cont)), outcome, settings)
 
     # 3. R's priors
     prior = _r_priors(outcome, data, settings)
@@ -355,10 +363,11 @@ class _Data(NamedTuple):
         return self.x.shape[0]
 
 
-def _encode(x_train, y_train, x_test, w, seed, numcut, xinfo, outcome, settings):
-    """Check and encode the data, find the cut-points and bin x_train;
-    return the `_Data` and the key of `seed` (checked after the data, so
-    that the errors come in the order of the arguments)."""
+def _encode(x_train, y_train, x_test, w, seed, cuts, outcome, settings):
+    """Check and encode the data, find the cut-points (`cuts`: ``numcut``,
+    ``xinfo``, ``cont``) and bin x_train; return the `_Data` and the key of
+    `seed` (checked after the data, so that the errors come in the order of
+    the arguments)."""
     enc = encoding.fit_encoding(x_train, 'x_train')
     x = enc.encode(x_train, 'x_train')
     n = x.shape[0]
@@ -420,10 +429,10 @@ def mc_gbart(x_train, y_train, x_test=None, *, mc_cores=2, **kwargs) -> BARTFit:
     return gbart(x_train, y_train, x_test, mc_cores=mc_cores, **kwargs)
 
 
-def _cut_points(enc, x, numcut, xinfo, settings):
+def _cut_points(enc, x, numcut, xinfo, cont, settings):
     """Cut-points of the model columns, and the mask of those kept by rm_const."""
     try:
-        splits = enc.cut_points(x, numcut=numcut, usequants=settings.usequants, xinfo=xinfo)
+        splits = enc.cut_points(x, numcut=numcut, usequants=settings.usequants, xinfo=xinfo, cont=cont)
     except ValueError as e:
         raise ValueError(str(e)) from None
     collapsed = _float32_collapsed(enc, x) if xinfo is None else []

@@ -466,7 +466,7 @@ def check_settings(
         base=_check_real('base', base, low=0, high=1, high_open=False),
         sigdf=_check_real('sigdf', sigdf, low=0),
         sigquant=_check_real('sigquant', sigquant, low=0, high=1),
-        lambda_=_check_real('lambda_', lambda_, low=0, allow_none=True),
+        lambda_=_check_real('lambda_', lambda_, low=0, low_open=False, allow_none=True),  # 0: sigma known (R)
         sigest=_check_real('sigest', sigest, low=0, allow_none=True),
         tau_num=_check_real('tau_num', tau_num, low=0, allow_none=True),
         offset=_check_real('offset', offset, allow_none=True),

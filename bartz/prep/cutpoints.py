@@ -113,6 +113,7 @@ def compute_splits(
     numcut: int | Sequence[int] = 100,
     usequants: bool = False,
     xinfo: np.ndarray | Sequence[np.ndarray] | None = None,
+    cont: bool = False,
 ) -> Splits:
     """Choose the cut-points of each predictor, as R's ``BART::bartModelMatrix``.
 
@@ -155,6 +156,11 @@ def compute_splits(
         ``+inf``), or a sequence of ``p`` 1-D arrays. Each predictor's
         cut-points must be finite and strictly increasing; a row may be empty
         (the predictor is never split on).
+    cont
+        R's ``cont=TRUE`` (``wbart``, ``pbart``, ``lbart``): treat every
+        column as continuous, ``q`` evenly spaced points strictly inside the
+        range whatever its distinct values (no midpoints, no quantiles).
+        Ignored if ``xinfo`` is given.
 
     Returns
     -------
@@ -217,7 +223,7 @@ def compute_splits(
 
     numcut = _check_numcut(numcut, p)
     cuts = [
-        _column_splits(x32[:, j], int(numcut[j]), bool(usequants)) for j in range(p)
+        _column_splits(x32[:, j], int(numcut[j]), bool(usequants), bool(cont)) for j in range(p)
     ]
     return _pad(cuts, p)
 
@@ -241,14 +247,16 @@ def _check_numcut(numcut, p: int) -> np.ndarray:
     return arr
 
 
-def _column_splits(col: np.ndarray, numcut: int, usequants: bool) -> np.ndarray:
+def _column_splits(col: np.ndarray, numcut: int, usequants: bool, cont: bool = False) -> np.ndarray:
     """Cut-points of one float32 column, see `compute_splits`."""
     values = np.unique(col)  # sorted, float32
     k = values.size
     if k <= 1:
         return np.empty(0, np.float32)
 
-    if k <= numcut + 1:
+    if cont:  # R's cont=TRUE: the even grid, whatever the distinct values
+        usequants = False
+    elif k <= numcut + 1:
         mid = 0.5 * (values[:-1].astype(np.float64) + values[1:])
         # float32 rounding may land on the lower value, which would not
         # separate it from the upper one; the next float32 up always does

@@ -242,12 +242,12 @@ class Encoding:
         missing = np.isnan(out)
         return np.where(missing, fill, out)
 
-    def cut_points(self, encoded: np.ndarray, *, numcut, usequants: bool, xinfo) -> prepcovars.Splits:
+    def cut_points(self, encoded: np.ndarray, *, numcut, usequants: bool, xinfo, cont: bool = False) -> prepcovars.Splits:
         """Cut-points of the model columns.
 
         Those of the observed values of each encoded column, by
         `bartz.prepcovars.compute_splits` (``numcut`` and ``xinfo`` are per
-        encoded column), plus, in the copies of a column with missing
+        encoded column; ``cont``: R's even grid for every column), plus, in the copies of a column with missing
         values, one cut-point below (first copy) or above (second copy)
         every finite float32, which separates the missing values.
         """
@@ -256,7 +256,7 @@ class Encoding:
         missing = np.isnan(encoded)
         if missing.any():
             encoded = np.where(missing, np.nanmin(np.where(missing, np.inf, encoded), axis=0), encoded)
-        splits = prepcovars.compute_splits(encoded, numcut=numcut, usequants=usequants, xinfo=xinfo)
+        splits = prepcovars.compute_splits(encoded, numcut=numcut, usequants=usequants, xinfo=xinfo, cont=cont)
         if not self.augmented:
             return splits
         rows = []

@@ -177,7 +177,9 @@ def r_priors(
       with no predictors or ``p >= n - 1``); missing values in ``x_ols``
       are replaced by the column mean and an indicator column is added;
     - ``lambda_``: such that ``P(sigma < sigest) = sigquant`` under
-      ``sigma^2 ~ sigdf lambda / chi2(sigdf)``.
+      ``sigma^2 ~ sigdf lambda / chi2(sigdf)``; ``lambda_=0`` is R's
+      known error sd: sigma stays at ``sigest`` (``sigma2_alpha`` and
+      ``sigma2_beta`` None).
 
     The continuous outcome is standardised to ``(y - offset) / sd(y)`` for
     float32 accuracy, and the priors are transformed with it, so the model
@@ -224,8 +226,11 @@ def r_priors(
             else:
                 lambda_std = lambda_ / scale / scale
             y_core = ((y - offset) / scale).astype(np.float32)
-        sigma2_alpha = sigdf / 2
-        sigma2_beta = sigdf * lambda_std / 2
+        if lambda_ == 0:  # R's "sigma fixed and known at sigest": nothing to draw
+            sigma2_alpha = sigma2_beta = None
+        else:
+            sigma2_alpha = sigdf / 2
+            sigma2_beta = sigdf * lambda_std / 2
         sigma2_init = sigest_std**2
     prior = Priors(
         offset=float(offset),
@@ -301,15 +306,25 @@ def _check_float32(outcome: OutcomeType, prior: Priors, given: dict) -> None:
     check(1 / leaf_var, 'the leaf prior precision', leaf_culprit)
     if outcome.binary:
         return
-    check(prior.sigma2_alpha, "the error variance prior's shape sigdf / 2", 'sigdf')
     sigest_culprit = origin('sigest', 'the residual sd of a linear regression of y_train on x_train')
+    if prior.sigma2_alpha is None:  # lambda_=0: sigma known, fixed at sigest
+        check(prior.sigma2_init, 'the known error variance (sigest / sd(y_train))**2 (lambda_=0)', sigest_culprit)
+        _check_y_reach(prior, given)
+        return
+    check(prior.sigma2_alpha, "the error variance prior's shape sigdf / 2", 'sigdf')
     check(prior.sigma2_init, 'the starting error variance (sigest / sd(y_train))**2', sigest_culprit)
     lambda_culprit = 'lambda_' if given['lambda_'] else f'lambda_ (by default from sigdf, sigquant and {sigest_culprit})'
     check(prior.sigma2_beta, "the error variance prior's scale sigdf * lambda_ / 2 in units of var(y_train)", lambda_culprit)
+    _check_y_reach(prior, given)
+
+
+def _check_y_reach(prior: Priors, given: dict) -> None:
+    """Refuse an offset that leaves y_train too many sds away for float32."""
     reach = float(np.max(np.abs(prior.y_core), initial=0.0))
     if not reach <= _MAX_STANDARDISED:
+        origin = 'offset' if given.get('offset') else 'offset (by default mean(y_train))'
         msg = (
-            f'{origin("offset", "mean(y_train)")} leaves y_train minus the offset reaching {reach:.3g} standard '
+            f'{origin} leaves y_train minus the offset reaching {reach:.3g} standard '
             f'deviations of y_train: in float32, which the sampler computes in, that rounds to more than one '
             f'standard deviation (the limit is {_MAX_STANDARDISED:.3g}); pass an offset within the range of '
             'y_train, or subtract a constant from y_train'

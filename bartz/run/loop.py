@@ -233,7 +233,8 @@ def run_mcmc(
         )
     interrupted |= late
     compile_time = _compile_time(tally.first_call, tally.done_iters, elapsed)
-    return state, trace, _run_info(tally.totals, tally.burn_sigma2s(), elapsed, compile_time, interrupted)
+    info = _run_info(tally.totals, tally.burn_sigma2s(), elapsed, compile_time, interrupted)
+    return state, trace, info._replace(sigma2=tally.all_sigma2s())
 
 
 def _call_sizes(n: int, num_chains, save_train: bool, chunk_size, n_skip: int, printevery) -> tuple[int, int, int]:
@@ -318,6 +319,7 @@ class _Tally:
         self.split, self.packing, self.is_binary = split, packing, is_binary
         self.done_iters = 0
         self.burn_sigma2 = []
+        self.sigma2 = []  # every iteration's error variance (R's wbart keeps them all)
         self.traces = []
         self.totals = np.zeros(len(mcmcstep.StepInfo._fields), np.int64)
         self.first_call = None  # (seconds, iterations) of the first call read
@@ -331,8 +333,10 @@ class _Tally:
         `t0`; return them on the host."""
         out = _to_host(out, self.packing)
         done = self.done_iters
-        if done < self.n_burn and not self.is_binary:
-            self.burn_sigma2.append(out.sigma2[: min(iters, self.n_burn - done)])
+        if not self.is_binary:
+            if done < self.n_burn:
+                self.burn_sigma2.append(out.sigma2[: min(iters, self.n_burn - done)])
+            self.sigma2.append(out.sigma2[:iters])
         num_draws = self._draws_before(done + iters) - self._draws_before(done)
         if num_draws:
             self.traces.append(_kept_draws(out.draws, num_draws, self.split, self.num_vars))
@@ -352,6 +356,12 @@ class _Tally:
         if self.is_binary:
             return None
         return np.concatenate(self.burn_sigma2) if self.burn_sigma2 else np.zeros(0, np.float32)
+
+    def all_sigma2s(self) -> np.ndarray | None:
+        """The error variances of every iteration read, in one array (None for binary outcomes)."""
+        if self.is_binary:
+            return None
+        return np.concatenate(self.sigma2) if self.sigma2 else np.zeros(0, np.float32)
 
 
 def _sample(calls: _Calls, tally: _Tally, progress, callback, internal_nodes: tuple, sigma_scale, start_time):

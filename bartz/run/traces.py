@@ -47,6 +47,7 @@ class RunInfo(NamedTuple):
     # None if not interrupted
     interrupted_in: str | None = None
     missing: tuple = ()  # attributes of the fit left None by that Ctrl-C (`bartz.api.fit.package`)
+    sigma2: np.ndarray | None = None  # (iterations, [chains]) error variance after every iteration; None: binary
 
 
 def _extract(state: mcmcstep.State, save_train: bool) -> Trace:

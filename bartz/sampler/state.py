@@ -41,7 +41,7 @@ class State(NamedTuple):
     forest: Forest
     # hyperparameters (arrays, so changing them does not recompile)
     leaf_prior_var: jax.Array  # () float32: tau^2, prior variance of the leaves
-    sigma2_alpha: jax.Array | None  # () float32: nu / 2 (inverse gamma shape); None for probit
+    sigma2_alpha: jax.Array | None  # () float32: nu / 2 (inverse gamma shape); None: binary, or sigma known
     sigma2_beta: jax.Array | None  # () float32: nu * lambda / 2 (scale); None for probit
     p_nonterminal: jax.Array  # (D,) float32: base / (1 + d)**power, 0 at the bottom level
     min_points_per_leaf: jax.Array  # () int32
@@ -172,7 +172,9 @@ def init(
         Prior variance of the leaf values.
     sigma2_alpha, sigma2_beta
         Shape and scale of the inverse gamma prior of the error variance
-        (``nu/2`` and ``nu*lambda/2``). Ignored for binary ``y``.
+        (``nu/2`` and ``nu*lambda/2``). Ignored for binary ``y``. None for
+        continuous ``y``: the error variance is known, fixed at
+        `sigma2_init` (R's ``lambda=0``).
     sigma2_init
         Starting error variance. Ignored for binary ``y``.
     base, power
@@ -271,8 +273,8 @@ def init(
         sigma2=sigma2,
         forest=forest,
         leaf_prior_var=np.float32(leaf_prior_var),
-        sigma2_alpha=None if is_binary else np.float32(sigma2_alpha),
-        sigma2_beta=None if is_binary else np.float32(sigma2_beta),
+        sigma2_alpha=None if is_binary or sigma2_alpha is None else np.float32(sigma2_alpha),
+        sigma2_beta=None if is_binary or sigma2_alpha is None else np.float32(sigma2_beta),
         p_nonterminal=p_nonterminal.astype(np.float32),
         min_points_per_leaf=np.int32(min_points_per_leaf),
         log_s=np.zeros(p, np.float32) if log_s is None else np.asarray(log_s, np.float32),

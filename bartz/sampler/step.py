@@ -172,8 +172,9 @@ def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple
         state = draw_latent_logit(key_last, state, data_axis)
     elif state.z is not None:
         state = draw_latent(key_last, state, data_axis)
-    else:
+    elif state.sigma2_alpha is not None:
         state = draw_sigma2(key_last, state, data_axis)
+    # else the error variance is known (R's lambda=0) and stays at its starting value
     return state, info
 
 
