@@ -37,11 +37,16 @@ def _rows(stdout):
 
 
 def _script():
-    """``benchmarks/gpu.py`` as a module (its table code, no subprocess)."""
-    sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
-    spec = importlib.util.spec_from_file_location('gpu_script', os.path.join(REPO, SCRIPT))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """``benchmarks/gpu.py`` as a module (its table code, no subprocess),
+    with `benchmarks/` on ``sys.path`` only while it imports its neighbours."""
+    folder = os.path.join(REPO, 'benchmarks')
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location('gpu_script', os.path.join(REPO, SCRIPT))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
     return module
 
 
