@@ -28,9 +28,8 @@ value ``theta``; R writes ``var`` and ``cut`` of a leaf as 0, and for an
 internal node the ``theta`` it had as a leaf, which R's prediction never
 reads: bartz writes 0 there, and ignores it when reading.
 
-bartz's trees split a node with index ``s`` (``1 <= s <= K_j``) and send
-left the points whose bin is below ``s``, that is those with
-``x_j < c_{js}`` (`bartz.prepcovars`): R's ``cut`` is ``s - 1``. R writes
+bartz's split index ``s`` sends left the points with ``x_j < c_{js}``
+(`bartz.prepcovars`): R's ``cut`` is ``s - 1``. R writes
 ``theta`` with 10 significant digits (``treess.precision(10)`` in
 ``cwbart.cpp``); bartz writes the shortest decimal that reads back as the
 same double (Python's ``repr``, up to 17 digits), which R's reader parses
@@ -46,14 +45,9 @@ leaf values are written times that scale, in the data's units, as R's.
 
 To R and back
 -------------
-`write_treedraws(fit, directory)` writes ``trees.txt``, ``cutpoints.txt``
-(a line per predictor, its cut-points separated by spaces) and
-``offset.txt``; ``docs/r_parity.md`` ("Trees R can read") has the R lines
-that load them into an object R's ``predict`` takes, and those that write
-an R fit's trees for `from_treedraws`. R's ``newdata`` are bartz's model
-columns (categorical columns as their dummies, in the order of the fit's
-``varcount``; the columns ``rm_const`` dropped are kept, without
-cut-points).
+`write_treedraws` writes the files that the R lines of ``docs/r_parity.md``
+("Trees R can read") load for R's ``predict``; that page also has the R
+lines that write an R fit's trees for `from_treedraws`.
 
 Limits
 ------
@@ -191,11 +185,24 @@ def fit_treedraws(fit) -> dict:
 
 
 def write_treedraws(fit, directory) -> dict:
-    """Write a fit's trees for R: ``trees.txt``, ``cutpoints.txt`` and
-    ``offset.txt`` in `directory` (created if needed), a draw at a time.
+    """Write a fit's trees for R, a draw at a time.
 
-    The module docstring has the R lines that read them. `fit` is a
-    `bartz.BARTFit` or a `TreeDrawsFit`. Returns the three paths, by name.
+    ``docs/r_parity.md`` ("Trees R can read") has the R lines that read
+    the files.
+
+    Parameters
+    ----------
+    fit
+        A `bartz.BARTFit` or a `TreeDrawsFit`.
+    directory
+        Where to write (created if needed).
+
+    Returns
+    -------
+    ``{'trees': path, 'cutpoints': path, 'offset': path}``: ``trees.txt``
+    (R's text), ``cutpoints.txt`` (a line per predictor, its cut-points
+    separated by spaces, an empty line for none) and ``offset.txt`` (one
+    number, R's ``mu`` or ``binaryOffset``).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
