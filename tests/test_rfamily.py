@@ -138,6 +138,9 @@ def test_predict_binary_as_r(data):
         np.testing.assert_allclose(pred.prob_test, fit.prob_test, rtol=2e-5, atol=1e-6)
         np.testing.assert_allclose(pred.prob_test_mean, fit.prob_test_mean, rtol=2e-5, atol=1e-6)
         assert pred.binary_offset == fit.offset
+        read = bartz.from_treedraws(fit.treedraws(), type=fit.type, offset=fit.offset)  # R's trees of the fit
+        from_r = bartz.predict(read, x[:7])
+        np.testing.assert_allclose(from_r.prob_test, pred.prob_test, rtol=2e-5, atol=1e-6)
 
 
 def test_predict_refuses(wfits):

@@ -212,10 +212,14 @@ def gbart(
         Integer seed, or a JAX random key.
     mc_cores
         Number of independent chains (R: parallel processes of
-        ``mc.gbart``). bartz runs them in one compiled program (``vmap``),
-        spread over devices when there are several. ``ndpost`` is the total
-        over chains: each chain keeps ``ceil(ndpost / mc_cores)`` draws, and
-        the draws of ``yhat_train`` etc. come chain after chain as in R.
+        ``mc.gbart``). On one CPU device each chain runs its own calls of
+        one compiled program, on as many threads as there are cores; on a
+        GPU they run side by side in one program (``vmap``); with several
+        devices they are spread over them. ``ndpost`` is the total over
+        chains: each chain keeps ``ceil(ndpost / mc_cores)`` draws, and the
+        draws of ``yhat_train`` etc. come chain after chain as in R. bartz
+        runs ``mc_cores`` chains whatever the number of cores (R's
+        ``mc.gbart`` caps ``mc.cores`` at the cores it detects).
     maxdepth
         Levels of the tree arrays (bartz only), 2 to 8.
     min_points_per_leaf
@@ -425,6 +429,10 @@ def mc_gbart(x_train, y_train, x_test=None, *, mc_cores=2, **kwargs) -> BARTFit:
     """`gbart` with several chains, as R's ``BART::mc.gbart`` (default 2 chains).
 
     Takes the same arguments as `gbart`; ``ndpost`` is the total over chains.
+    bartz runs ``mc_cores`` chains whatever the number of cores: R's
+    ``mc.gbart`` caps ``mc.cores`` at the cores it detects (so on a 2-core
+    machine ``mc.cores=8`` gives R 2 chains of ``ndpost / 2`` draws, bartz 8
+    chains of ``ndpost / 8``); each choice keeps ``ndpost`` draws in total.
     """
     return gbart(x_train, y_train, x_test, mc_cores=mc_cores, **kwargs)
 

@@ -36,6 +36,7 @@ from scipy import special
 from bartz.api import predict as predict_mod
 from bartz.api.fit import BARTFit
 from bartz.api.gbart import gbart
+from bartz.api.treedraws import TreeDrawsFit
 from bartz.forest import grove
 from bartz.prep import checks
 from bartz.prep import encoding as encoding_mod
@@ -385,7 +386,7 @@ def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
     Parameters
     ----------
     fit
-        A `bartz.BARTFit`.
+        A `bartz.BARTFit`, or trees read from R (`bartz.from_treedraws`).
     newdata
         ``(m, p)`` rows with the columns of ``x_train`` (an array or a
         DataFrame, as `bartz.BARTFit.predict`; R's ``newdata`` is the
@@ -404,8 +405,14 @@ def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
     ``yhat_test`` (the latent draws, offset included), ``prob_test`` and
     ``prob_test_mean`` (R's ``predict.pbart`` and ``predict.lbart``).
     """
+    if isinstance(fit, TreeDrawsFit):
+        checks._check_int('mc_cores', mc_cores, 1)
+        return _predict_treedraws(fit, newdata, max_memory)
     if not isinstance(fit, BARTFit):
-        msg = f'fit must be a bartz.BARTFit (from gbart, wbart, pbart, lbart, ...), got {type(fit).__name__}'
+        msg = (
+            'fit must be a bartz.BARTFit (from gbart, wbart, pbart, lbart, ...) or the TreeDrawsFit of '
+            f'bartz.from_treedraws, got {type(fit).__name__}'
+        )
         raise TypeError(msg)
     checks._check_int('mc_cores', mc_cores, 1)
     if fit._trace is None:  # noqa: SLF001
@@ -418,6 +425,19 @@ def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
     model = model._replace(link='affine', link_params=(fit.offset, 1.0))  # the latent scale
     rows = encoding_mod.row_as_frame(newdata, binning.encoding)
     latent = predict_mod.predict_rows(rows, model, binning, name='newdata', kind='draws', max_memory=max_memory)
-    link = special.ndtr if fit.type == 'pbart' else special.expit
+    return _binary_prediction(fit.type, latent, fit.offset)
+
+
+def _binary_prediction(type_, latent, offset) -> BinaryPrediction:
+    link = special.ndtr if type_ == 'pbart' else special.expit
     prob = link(np.asarray(latent, np.float64))
-    return BinaryPrediction(latent, prob, prob.mean(axis=0), float(fit.offset))
+    return BinaryPrediction(latent, prob, prob.mean(axis=0), float(offset))
+
+
+def _predict_treedraws(fit: TreeDrawsFit, newdata, max_memory):
+    """`predict` for trees read from R: the latent draws are those of the
+    same trees read as a continuous fit with the same offset."""
+    if fit.type == 'wbart':
+        return fit.predict(newdata, max_memory=max_memory)
+    latent_fit = TreeDrawsFit('wbart', fit.offset, fit.cutpoints, fit._var, fit._split, fit._theta)  # noqa: SLF001
+    return _binary_prediction(fit.type, latent_fit.predict(newdata, max_memory=max_memory), fit.offset)
