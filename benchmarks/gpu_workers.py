@@ -107,8 +107,8 @@ def plan_variants(n, backend, *, variants=True, pallas=True):
 
 def _compile_variants(run_k, state, plans, n):
     """Lower the step loop for each plan, compile them all at once on the
-    host's threads (JAX lets go of the GIL while XLA compiles, jaxlib 0.10.2); ``{name: (compiled,
-    seconds)}``, or ``{name: exception}``."""
+    host's threads (JAX lets go of the GIL while XLA compiles, jaxlib
+    0.10.2); ``{name: (compiled, seconds)}``, or ``{name: exception}``."""
     import concurrent.futures  # noqa: PLC0415
 
     import numpy as np  # noqa: PLC0415
