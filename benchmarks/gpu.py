@@ -80,11 +80,12 @@ import sys
 import tempfile
 import time
 
+import gpu_workers  # the workers, beside this script
 import peers  # benchmarks/ is the script directory, on sys.path
-from gpu_workers import NTREE
 
 SECTIONS = ('fits', 'steps', 'fixed', 'predict', 'big')
-WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'gpu_workers.py')
+WORKERS = os.path.abspath(gpu_workers.__file__)
+NTREE = gpu_workers.NTREE
 MIN_ROW_S = 5.0  # a row is not started with less budget left
 
 

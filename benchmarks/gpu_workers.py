@@ -101,7 +101,10 @@ def plan_variants(n, backend, *, variants=True, pallas=True):
         f'masked_sums={flipped}': default.replace(masked_sums=flipped, lanes=not flipped),
     }
     if pallas and 'pallas' in {field.name for field in dataclasses.fields(default)}:
-        variants['pallas=True'] = default.replace(pallas=True, masked_sums=False, lanes=False)
+        try:
+            variants['pallas=True'] = mcmcstep.plan_sweep(n, backend=backend, num_trees=NTREE, pallas=True)
+        except (TypeError, ValueError):  # (a plan_sweep without the option, or a backend without the kernel)
+            variants['pallas=True'] = default.replace(pallas=True, lanes=False)
     return variants
 
 

@@ -169,3 +169,25 @@ def test_fixed_cost_is_the_warm_time_at_zero_iterations():
     fixed, per_iter = gpu.fixed_cost(result, (1000, 200, 500), (1000, 20, 50))
     assert fixed == pytest.approx(0.1) and per_iter == pytest.approx(0.002)
     assert gpu.fixed_cost({'warm_s': 1.0, 'short_s': None}, (1000, 200, 500), (1000, 20, 50)) is None
+
+
+@pytest.mark.parametrize(('n', 'backend'), [(1000, 'cpu'), (4096, 'gpu')])
+def test_kernel_variants_flip_the_plan(n, backend):
+    """The step's variants: `plan_sweep`'s plan first, then the per-leaf
+    sums the other way (masked reduction or laned scatter), then the
+    Pallas kernel's where the plan has it; never lanes with a masked sum."""
+    gpu_workers = _script().gpu_workers
+    variants = gpu_workers.plan_variants(n, backend)
+    names = list(variants)
+    default = variants[names[0]]
+    assert names[0] == f'plan_sweep (masked_sums={default.masked_sums})'
+    assert default.masked_sums == (backend == 'gpu')
+    flipped = variants[f'masked_sums={not default.masked_sums}']
+    assert flipped.masked_sums != default.masked_sums and flipped.lanes == default.masked_sums
+    assert flipped.replace(masked_sums=default.masked_sums, lanes=default.lanes) == default
+    if hasattr(default, 'pallas'):
+        assert names[2:] == ['pallas=True'] and variants['pallas=True'].pallas and not variants['pallas=True'].lanes
+    else:
+        assert names[2:] == []
+    assert list(gpu_workers.plan_variants(n, backend, variants=False)) == names[:1]
+    assert 'pallas=True' not in gpu_workers.plan_variants(n, backend, pallas=False)
