@@ -386,7 +386,10 @@ def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
     Parameters
     ----------
     fit
-        A `bartz.BARTFit`, or trees read from R (`bartz.from_treedraws`).
+        A `bartz.BARTFit`, trees read from R (`bartz.from_treedraws`), or
+        the fit of another of R's model families: any object whose class
+        has an ``r_predict(newdata, *, max_memory)`` method, which returns
+        what R's predict method of that family returns.
     newdata
         ``(m, p)`` rows with the columns of ``x_train`` (an array or a
         DataFrame, as `bartz.BARTFit.predict`; R's ``newdata`` is the
@@ -408,6 +411,9 @@ def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
     if isinstance(fit, TreeDrawsFit):
         checks._check_int('mc_cores', mc_cores, 1)
         return _predict_treedraws(fit, newdata, max_memory)
+    if hasattr(type(fit), 'r_predict'):  # R's other model families (survival, multinomial, ...)
+        checks._check_int('mc_cores', mc_cores, 1)
+        return fit.r_predict(newdata, max_memory=max_memory)
     if not isinstance(fit, BARTFit):
         msg = (
             'fit must be a bartz.BARTFit (from gbart, wbart, pbart, lbart, ...) or the TreeDrawsFit of '
