@@ -230,7 +230,7 @@ _BAD_INPUTS = [
     ('w_pbart', {'type': 'pbart', 'y_train': VB, 'w': np.ones(20)}, ValueError, r'\bw\b'),
     # DART
     ('sparse_str', {'sparse': 'yes'}, TypeError, 'sparse'),
-    ('augment', {'augment': True}, NotImplementedError, 'augment'),
+    ('augment_str', {'augment': 'yes'}, TypeError, 'augment'),
     ('theta_neg', {'theta': -1.0}, ValueError, 'theta'),
     ('a_0', {'sparse': True, 'a': 0.0}, ValueError, r'\ba\b'),
     ('b_neg', {'sparse': True, 'b': -1.0}, ValueError, r'\bb\b'),

@@ -42,7 +42,7 @@ import numpy as np
 import pytest
 from jax import lax, random
 from jax import numpy as jnp
-from scipy import stats
+from scipy import special, stats
 
 from bartz import gbart
 from bartz.forest import grove
@@ -584,3 +584,139 @@ def test_copies_of_a_column_are_one_predictor(root_var):
 def test_dart_group_validated():
     with pytest.raises(ValueError, match='dart group must be 3 indices'):
         data_free_state({'group': [0, 3, 1]}, p=3, num_trees=2)
+
+
+# ---------------------------------------------------------------- data augmentation
+#
+# With binary predictors (one cut-point each) a split exhausts its variable
+# in both children, so below the root some predictors are unusable at most
+# split nodes: there ``Dirichlet(theta/p + counts)`` is not the conditional
+# of ``s``, and only Linero's augmentation (``augment``) keeps the prior.
+# Chains start from the exact prior given theta; each chain's final ``s``
+# is then one draw of the sampler's marginal, iid across chains, to be
+# compared with ``Dirichlet(theta/p)``. A small theta concentrates ``s``,
+# so that nodes where only predictors of tiny ``s`` are usable (huge latent
+# counts) are common.
+
+AUG_P = 3
+AUG_DEPTH = 4  # at most 3 nested splits: the 3 predictors can all be used on a path
+AUG_THETA = 0.5
+AUG_CHAINS = 1000
+
+
+def sample_binary_prior(rng, num_chains, theta):
+    """Exact draws of ``(log s, trees)`` given theta with `AUG_P` binary
+    predictors: a predictor is usable at a node iff no ancestor splits on it."""
+    alpha = np.full((num_chains, AUG_P), theta / AUG_P)
+    # Gamma(alpha) = Gamma(alpha + 1) * U^(1/alpha), in logs (no underflow)
+    log_gamma = np.log(rng.gamma(alpha + 1)) + np.log1p(-rng.random(alpha.shape)) / alpha
+    log_s = log_gamma - np.logaddexp.reduce(log_gamma, axis=1, keepdims=True)
+    shape = (num_chains, NUM_TREES)
+    half = 2 ** (AUG_DEPTH - 1)
+    var = np.zeros((*shape, half), np.int64)
+    split = np.zeros_like(var)
+    for node in range(1, half):
+        depth = node.bit_length() - 1
+        exists = np.ones(shape, bool) if node == 1 else split[..., node >> 1] > 0
+        used = np.zeros((*shape, AUG_P), bool)
+        for level in range(depth):
+            used |= np.arange(AUG_P) == var[..., node >> (depth - level), None]
+        internal = exists & ~used.all(axis=-1) & (rng.random(shape) < BASE / (1 + depth) ** POWER)
+        v = np.argmax(np.where(used, -np.inf, log_s[:, None, :] + rng.gumbel(size=(*shape, AUG_P))), axis=-1)
+        var[..., node] = np.where(internal, v, 0)
+        split[..., node] = internal
+    return log_s, var, split
+
+
+def binary_prior_states(seed, augment):
+    state = mcmcstep.init(
+        X=jnp.zeros((AUG_P, 0), jnp.uint8),
+        max_split=jnp.ones(AUG_P, jnp.int32),
+        y=jnp.zeros(0, jnp.float32),
+        num_trees=NUM_TREES,
+        max_depth=AUG_DEPTH,
+        leaf_prior_var=1.0,
+        sigma2_alpha=1.0,
+        sigma2_beta=1.0,
+        base=BASE,
+        power=POWER,
+        min_points_per_leaf=0,
+        dart={'theta': AUG_THETA, 'on': True, 'augment': augment},
+    )
+    states = mcmcstep.init_chains(state, AUG_CHAINS)
+    log_s, var, split = sample_binary_prior(np.random.default_rng([seed, 2]), AUG_CHAINS, AUG_THETA)
+    forest = states.forest
+    forest = forest._replace(
+        var_tree=jnp.asarray(var, forest.var_tree.dtype), split_tree=jnp.asarray(split, forest.split_tree.dtype)
+    )
+    return states._replace(forest=forest, log_s=jnp.asarray(log_s, jnp.float32))
+
+
+def dirichlet_z_scores(log_s):
+    """z-scores of the sample mean and variance of each ``s_j`` and the mean
+    of each ``log s_j`` against ``Dirichlet(theta/p)``, from iid draws: the
+    standard errors are the samples' own (sd / sqrt(n); for the variance,
+    that of the squared deviations)."""
+    log_s = np.asarray(log_s, np.float64)
+    s = np.exp(log_s)
+    n = s.shape[0]
+    a, total = AUG_THETA / AUG_P, AUG_THETA
+    mean, var = a / total, a * (total - a) / (total**2 * (total + 1))
+    mean_log = special.digamma(a) - special.digamma(total)
+    sq = (s - mean) ** 2
+    return {
+        'mean_s': (s.mean(0) - mean) / (s.std(0) / np.sqrt(n)),
+        'var_s': (sq.mean(0) - var) / (sq.std(0) / np.sqrt(n)),
+        'mean_log_s': (log_s.mean(0) - mean_log) / (log_s.std(0) / np.sqrt(n)),
+    }
+
+
+@pytest.fixture(scope='module')
+def binary_runner():
+    return make_runner()
+
+
+@pytest.mark.parametrize('seed', [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+def test_augmented_dart_keeps_the_prior(binary_runner, seed):
+    """With augmentation the marginal of ``s`` stays Dirichlet(theta/p)
+    after 25 sweeps from the exact prior (9 z-scores, each within 4.5)."""
+    states = run(binary_runner, random.key(seed), binary_prior_states(seed, augment=True), SWEEPS_PER_CALL)
+    assert np.all(np.isfinite(states.log_s))
+    z = dirichlet_z_scores(states.log_s)
+    assert all(np.all(np.abs(v) < 4.5) for v in z.values()), z
+
+
+@pytest.mark.slow
+def test_dart_without_augmentation_fails_the_binary_prior_test(binary_runner):
+    """The power of `test_augmented_dart_keeps_the_prior`: the plain update
+    ``Dirichlet(theta/p + counts)`` on the same chains shrinks the spread
+    of ``s`` (variance z-scores far below -10)."""
+    states = run(binary_runner, random.key(0), binary_prior_states(0, augment=False), SWEEPS_PER_CALL)
+    z = dirichlet_z_scores(states.log_s)
+    assert np.all(z['var_s'] < -10), z
+
+
+def test_augmented_dart_selects_relevant_predictors():
+    """R's demo sparse.wbart, small: Friedman's function of 5 of 100
+    predictors, n = 200. With ``sparse=True, augment=True`` the 5 relevant
+    predictors have the 5 largest ``varprob_mean`` (over seeds 0-2 the
+    5th relevant is 0.07-0.11, the largest irrelevant 0.01-0.04)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(200, 100))
+    y = friedman(x) + rng.normal(size=200)
+    fit = gbart(x, y, sparse=True, augment=True, ntree=20, nskip=300, ndpost=200, printevery=None, seed=0)
+    varprob = np.asarray(fit.varprob_mean)
+    assert set(np.argsort(varprob)[-5:]) == set(range(5)), varprob[:8]
+    assert np.allclose(np.asarray(fit.varprob).sum(axis=1), 1, atol=1e-4)
+
+
+def test_augment_without_sparse_changes_nothing():
+    """As R, ``augment`` has no effect without ``sparse``: the same draws."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(size=(30, 3))
+    y = x[:, 0] + rng.normal(size=30)
+    kw = {'ntree': 5, 'nskip': 5, 'ndpost': 10, 'printevery': None, 'seed': 1}
+    plain, augmented = gbart(x, y, **kw), gbart(x, y, augment=True, **kw)
+    np.testing.assert_array_equal(plain.yhat_train, augmented.yhat_train)
+    np.testing.assert_array_equal(plain.sigma, augmented.sigma)
+    np.testing.assert_array_equal(plain.varcount, augmented.varcount)

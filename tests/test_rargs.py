@@ -467,10 +467,13 @@ def test_omega_is_ignored(data):
     assert_array_equal(a.varprob, b.varprob)
 
 
-def test_augment_not_implemented(data):
-    x, y = data
-    with pytest.raises(NotImplementedError, match='augment'):
-        gbart(x, y, sparse=True, augment=True, **SMALL)
+def test_augment_changes_the_dart_update(data):
+    """With sparse, augment=True runs Linero's augmented update of s
+    (tests/test_dart.py checks its law): other draws of s, still summing to 1."""
+    plain = fit_with(data, sparse=True)
+    augmented = fit_with(data, sparse=True, augment=True)
+    assert np.allclose(np.asarray(augmented.varprob).sum(axis=1), 1, atol=1e-5)
+    assert not np.array_equal(np.asarray(plain.varprob), np.asarray(augmented.varprob))
 
 
 # ---------------------------------------------------------------- draws and output

@@ -84,6 +84,7 @@ def initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group):
     y_core = np.pad(prior.y_core, (0, npad - n))
     prec_weights = None if w is None else np.pad((1.0 / w**2).astype(np.float32), (0, npad - n))
     dart = {'theta': settings.theta, 'a': settings.a, 'b': settings.b, 'rho': settings.rho, 'group': group}
+    dart['augment'] = settings.augment
     state = mcmcstep.init(
         X=X,
         max_split=max_split,

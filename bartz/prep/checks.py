@@ -366,6 +366,7 @@ class Settings(NamedTuple):
     that depend on the outcome type filled in."""
 
     sparse: bool  # DART on
+    augment: bool  # DART's data augmentation (no effect without sparse, as R)
     theta: float  # DART concentration, 0 = random
     a: float  # DART Beta prior
     b: float
@@ -434,9 +435,6 @@ def check_settings(
     ``keepevery``."""
     _check_bool('sparse', sparse)
     _check_bool('augment', augment)
-    if augment:
-        msg = "augment=True (R's data augmentation for DART) is not implemented in bartz"
-        raise NotImplementedError(msg)
     _check_real('omega', omega)
     maxdepth = _check_int('maxdepth', maxdepth, 2)
     if maxdepth > grove.MAX_SUPPORTED_DEPTH:
@@ -448,6 +446,7 @@ def check_settings(
     _check_tree_prior(base, power)
     return Settings(
         sparse=bool(sparse),
+        augment=bool(augment),
         theta=_check_real('theta', theta, low=0, low_open=False),
         a=_check_real('a', a, low=0),
         b=_check_real('b', b, low=0),

@@ -1,5 +1,6 @@
 """The Gibbs updates after the sweep over trees: the error variance, the
-probit and logistic latents, DART's split probabilities.
+probit and logistic latents, DART's split probabilities (with Linero's data
+augmentation, and the Poisson draws it needs).
 
 What this module says of XLA's code generation was measured with jaxlib 0.10.2.
 """
@@ -13,6 +14,7 @@ from bartz import kernels
 from bartz.forest import grove
 from bartz.kernels.rng import _point_uniforms, gamma
 from bartz.sampler import polyagamma
+from bartz.sampler.moves import node_ranges
 from bartz.sampler.state import State
 
 _psum = kernels.psum
@@ -88,11 +90,28 @@ _THETA_GRID_SIZE = 1000
 def draw_dart(key, state: State) -> State:
     """DART: ``s | counts ~ Dirichlet(theta/p + counts)`` over the
     predictors, then theta by griddy Gibbs on ``lambda = theta / (theta +
-    rho)`` over the grid ``k / 1001``, k = 1..1000, as R's BART. Predictors
-    with no cut-point keep probability 0. The two copies of a column with
-    missing values (`bartz.encoding`) are one predictor (``dart.group``):
-    its split count is theirs summed, and each copy gets half its
-    probability (the uniform choice of the copy, as without DART)."""
+    rho)`` over the grid ``k / 1001``, k = 1..1000, as R's BART.
+
+    Predictors with no cut-point keep probability 0. The two copies of a
+    column with missing values (`bartz.encoding`) are one predictor
+    (``dart.group``): its split count is theirs summed, and each copy gets
+    half its probability (the uniform choice of the copy, as without DART).
+
+    The tree prior chooses a node's split variable with probability
+    ``s_v / P_good``, ``P_good`` the total of ``s`` over the predictors
+    with a usable cut-point at the node, so ``Dirichlet(theta/p + counts)``
+    is the conditional of ``s`` only where every predictor is usable at
+    every split node. With ``dart.options.augment`` (Linero 2018, sec. 3.2)
+    the update is exact: the rejected draws of the choice read as "draw
+    ``v ~ s`` over all predictors until it is usable" are drawn given the
+    trees and the current ``s`` (`dart_rejection_rates`, `poisson`) and
+    added to the counts; theta's step given ``s`` is unchanged. R's BART
+    (2.9.9) adds instead, at every birth proposal (accepted or not),
+    ``s_j / (P_good P_bad)`` to the count of each unusable ``j``, truncated
+    to an integer and never removed: a deterministic stand-in (its comment
+    means the expected count, which is ``s_j / P_good``), not a draw of
+    the conditional law.
+    """
     dart = state.dart
     key_s, key_theta = random.split(key)
     num = state.max_split.shape[0]
@@ -104,7 +123,12 @@ def draw_dart(key, state: State) -> State:
     counts = grove.var_count_scatter(state.forest.var_tree, state.forest.split_tree, num)
     counts = jax.ops.segment_sum(counts, group, num)
     alpha = dart.theta / p + counts
+    if dart.options.augment:
+        key_s, key_aug = random.split(key_s)
+        alpha, log_gamma_huge = _augment(key_aug, state, alpha)
     log_gamma = random.loggamma(key_s, jnp.where(usable_g, alpha, 1.0))
+    if dart.options.augment:
+        log_gamma = jnp.where(jnp.isfinite(log_gamma_huge), log_gamma_huge, log_gamma)
     log_gamma = jnp.where(usable_g, log_gamma, -jnp.inf)
     log_s_g = log_gamma - jax.scipy.special.logsumexp(log_gamma)
     log_s = jnp.where(usable, log_s_g[group] - jnp.log(jnp.maximum(copies[group], 1.0)), -jnp.inf)
@@ -122,3 +146,165 @@ def draw_dart(key, state: State) -> State:
         log_s=jnp.where(on, log_s, state.log_s),
         dart=dart._replace(theta=jnp.where(on, theta, dart.theta)),
     )
+
+
+# a Poisson mean above which ``log Gamma(alpha + N)``, ``N`` the Poisson
+# count, is ``log(alpha + mean)`` to well within float32 rounding: its sd,
+# ``(2 / mean) ** 0.5 < 2**-23``, is far below the spacing of float32 numbers
+# near ``log(mean) > 33`` (``2**-18``)
+_LOG_HUGE_RATE = 48 * 0.6931472
+
+# the most (node, column, level) entries `dart_rejection_rates` holds at a
+# time: its trees go by batches of this size
+_RANGE_ENTRIES = 1 << 22
+
+
+def _augment(key, state: State, alpha):
+    """Add the rejected draws of Linero's augmentation to the Dirichlet
+    parameters `alpha` of the predictors; also return ``log Gamma(alpha)``
+    where the count is too large for float32 to hold its noise (-inf
+    elsewhere)."""
+    dart = state.dart
+    num = alpha.shape[0]
+    key_rates, key_counts = random.split(key)
+    log_rate = dart_rejection_rates(key_rates, state.forest.var_tree, state.forest.split_tree, state.max_split, state.log_s)
+    # the copies of a column: a Poisson of the summed rates, summed in log space
+    top = jax.ops.segment_max(log_rate, dart.group, num)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    log_rate = top + jnp.log(jax.ops.segment_sum(jnp.exp(log_rate - top[dart.group]), dart.group, num))
+    huge = log_rate > _LOG_HUGE_RATE
+    rate = jnp.exp(jnp.where(huge, -jnp.inf, log_rate))
+    latent = poisson(key_counts, rate)
+    return alpha + latent, jnp.where(huge, jnp.logaddexp(log_rate, jnp.log(alpha)), -jnp.inf)
+
+
+def dart_rejection_rates(key, var_tree, split_tree, max_split, log_s):
+    """Log Poisson means of Linero's latent rejected draws of each column.
+
+    Read the prior of a node's split variable, ``s_v / P_good``, as: draw
+    ``v ~ s`` over all the columns, again while ``v`` has no usable
+    cut-point at the node. Then the number ``K`` of rejected draws before
+    the accepted one is geometric, ``P(K = k) = P_bad^k P_good`` (``P_bad =
+    1 - P_good``, the total of ``s`` over the unusable columns), and given
+    ``K`` the rejected columns are multinomial with probabilities ``s_j /
+    P_bad`` over the unusable ones: the counts ``n_j`` are negative
+    multinomial with ``r = 1``, ``P(n) = P_good (sum n)! / prod(n_j!) prod
+    s_j^n_j``, whose factor ``prod s_j^n_j`` makes ``s | trees, n`` the
+    Dirichlet of the counts plus ``n``. Its Gamma-Poisson form: with
+    ``lambda ~ Exponential(rate P_good)`` and ``n_j | lambda ~
+    Poisson(lambda s_j)`` independent, ``K | lambda ~ Poisson(lambda
+    P_bad)``, so ``P(K = k) = int P_good e^(-P_good l) e^(-P_bad l) (P_bad
+    l)^k / k! dl = P_good P_bad^k`` (as ``P_good + P_bad = 1``), and given
+    ``K`` the ``n_j`` are multinomial ``(K, s_j / P_bad)``: the same law.
+    Summed over the split nodes, given the ``lambda`` of each, column ``j``
+    gets ``Poisson(s_j Lambda_j)`` rejected draws, ``Lambda_j`` the total
+    of ``lambda`` over the split nodes where ``j`` has no usable cut-point.
+
+    ``P_good`` is summed over the usable columns, in logs, rather than
+    taken as ``1 - P_bad``, which float32 rounds to 0 where ``s`` is
+    concentrated on the unusable ones. That takes the usable range of every
+    column at every node (`bartz.sampler.moves.node_ranges`): the trees go
+    by batches, so that their ranges stay within `_RANGE_ENTRIES`.
+
+    Parameters
+    ----------
+    key
+        A JAX random key (the ``lambda`` of each node).
+    var_tree, split_tree
+        The trees, ``(m, H/2)``.
+    max_split
+        Cut-points of each column, ``(p,)``: the columns without any have
+        ``s = 0`` and no rejected draws.
+    log_s
+        Log split probabilities (normalised here over the columns with
+        cut-points), ``(p,)``.
+
+    Returns
+    -------
+    ``log(s_j Lambda_j)``, ``(p,)`` float32; -inf where there are no draws.
+    """
+    num_trees, half = split_tree.shape
+    usable = max_split > 0
+    log_s = jnp.where(usable, log_s, -jnp.inf)
+    log_s = log_s - jax.scipy.special.logsumexp(log_s)
+    nodes = jnp.arange(1, half)
+
+    def tree_log_lambda(args):
+        """``log Lambda_j`` of one tree."""
+        exponential, var, split = args
+        lo, hi = jax.vmap(node_ranges, (None, None, None, 0))(var, split, max_split, nodes)  # (H/2 - 1, p)
+        good = hi > lo
+        log_p_good = jax.scipy.special.logsumexp(jnp.where(good, log_s, -jnp.inf), axis=-1)
+        log_lambda = jnp.log(exponential) - log_p_good
+        log_lambda = jnp.where(split[1:] != 0, log_lambda, -jnp.inf)
+        return jax.scipy.special.logsumexp(jnp.where(~good & usable, log_lambda[:, None], -jnp.inf), axis=0)
+
+    entries_per_tree = half * max_split.shape[0] * max(half.bit_length() - 1, 1)
+    batch = max(1, min(num_trees, _RANGE_ENTRIES // entries_per_tree))
+    # drawn outside the map: jax 0.10.2's key reuse checker flags keys that lax.map slices into batches
+    exponential = random.exponential(key, (num_trees, half - 1))
+    log_lambda = lax.map(tree_log_lambda, (exponential, var_tree, split_tree), batch_size=batch)  # (m, p)
+    return jnp.where(usable, log_s + jax.scipy.special.logsumexp(log_lambda, axis=0), -jnp.inf)
+
+
+def poisson(key, rate):
+    """Poisson draws of float32 means `rate` (any shape), as float32.
+
+    Knuth's product of uniforms below 10, Hörmann's transformed rejection
+    (PTRS, 1993) above, as ``jax.random.poisson``, but with the log
+    probability of the candidate in a form that keeps float32 precision for
+    large means: ``jax.random.poisson`` (jax 0.10.2) evaluates ``-mean + k
+    log(mean) - lgamma(k + 1)``, terms of size ``mean log(mean)`` that
+    cancel, in the means' dtype, returns int32 and takes only threefry
+    keys."""
+    key_small, key_large = random.split(key)
+    small = rate < 10
+    knuth = _poisson_knuth(key_small, jnp.where(small, rate, 0.0))
+    lam = jnp.where(small, 1e5, rate)  # (finite, so that the loop below stops)
+    log_lam = jnp.log(lam)
+    b = 0.931 + 2.53 * jnp.sqrt(lam)
+    a = -0.059 + 0.02483 * b
+    inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
+    v_r = 0.9277 - 3.6224 / (b - 2)
+
+    def body(carry):
+        key, k_out, accepted = carry
+        key, key_u, key_v = random.split(key, 3)
+        u = random.uniform(key_u, lam.shape) - 0.5
+        v = random.uniform(key_v, lam.shape)
+        us = 0.5 - jnp.abs(u)
+        k = jnp.floor((2 * a / us + b) * u + lam + 0.43)
+        log_accept = jnp.log(v * inv_alpha / (a / (us * us) + b))
+        ok = (us >= 0.07) & (v <= v_r)
+        ok = ok | ((k >= 0) & ~((us < 0.013) & (v > us)) & (log_accept <= _poisson_log_pmf(k, lam, log_lam)))
+        return key, jnp.where(accepted, k_out, k), accepted | ok
+
+    init = (key_large, jnp.zeros_like(lam), jnp.zeros(lam.shape, bool))
+    _, large, _ = lax.while_loop(lambda carry: ~jnp.all(carry[2]), body, init)
+    return jnp.where(small, knuth, large)
+
+
+def _poisson_knuth(key, lam):
+    """Poisson draws of small means: the number of uniforms whose running
+    product stays above ``exp(-lam)``."""
+
+    def body(carry):
+        key, k, log_prod, active = carry
+        key, key_u = random.split(key)
+        log_prod = log_prod + jnp.log(random.uniform(key_u, lam.shape))
+        still = active & (log_prod > -lam)
+        return key, k + still, log_prod, still
+
+    init = (key, jnp.zeros_like(lam), jnp.zeros_like(lam), lam > 0)
+    return lax.while_loop(lambda carry: jnp.any(carry[3]), body, init)[1]
+
+
+def _poisson_log_pmf(k, lam, log_lam):
+    """``log P(K = k)``, K Poisson of mean `lam` (floats, ``k >= 0``): direct
+    for small k, else with Stirling's series, ``k - lam - k log1p((k - lam) /
+    lam)`` being of the size of the result rather than of ``k log k``."""
+    direct = -lam + k * log_lam - jax.scipy.special.gammaln(k + 1)
+    kk = jnp.maximum(k, 1.0)
+    series = -0.5 * jnp.log(2 * jnp.pi * kk) - 1 / (12 * kk) + 1 / (360 * kk**3)
+    stirling = (kk - lam) - kk * jnp.log1p((kk - lam) / lam) + series
+    return jnp.where(k < 30, direct, stirling)

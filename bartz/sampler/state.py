@@ -95,6 +95,16 @@ def _move_kinds(move_probs, max_split, max_depth: int, log_s, dart) -> MoveKinds
     return MoveKinds(tuple(bool(p > 0) for p in np.asarray(move_probs)), exhaustible, uniform)
 
 
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class DartOptions:
+    """The static options of DART: part of the state's tree structure, not
+    arrays, so that a fit without them compiles the program it compiled
+    before they existed."""
+
+    augment: bool = False  # Linero's data augmentation of the s update (`bartz.sampler.conditionals.draw_dart`)
+
+
 class Dart(NamedTuple):
     """DART (Linero 2018): split probabilities ``s ~ Dirichlet(theta/p, ...)``,
     ``theta / (theta + rho) ~ Beta(a, b)``."""
@@ -106,6 +116,7 @@ class Dart(NamedTuple):
     rho: jax.Array  # () float32
     on: jax.Array  # () bool: updates switched on (R: after half the burn-in)
     group: jax.Array  # (p,) int32: the predictor of each column (copies of a column with missing values share one)
+    options: DartOptions = DartOptions()  # static
 
 
 class StepInfo(NamedTuple):
@@ -194,9 +205,13 @@ def init(
     dart
         None (no variable selection) or a dict with keys ``theta`` (0 for
         random, starting at 1, as R), ``a``, ``b``, ``rho`` (default: the
-        number of predictors with a cut-point) and ``on`` (start with the
+        number of predictors with a cut-point), ``on`` (start with the
         updates switched on; `bartz.mcmcloop.run_mcmc` switches them on
-        after half the burn-in).
+        after half the burn-in), ``group`` (the predictor of each column)
+        and ``augment`` (bool, default False: Linero's data augmentation,
+        which makes the update of ``s`` exact when some predictors have no
+        usable cut-point at some split node; see
+        `bartz.sampler.conditionals.draw_dart`).
     logit_offset
         For binary ``y``: None for probit; a float for logistic BART
         (``P(y = 1) = 1 / (1 + exp(-(logit_offset + f)))``), sampled by
@@ -335,7 +350,15 @@ def _init_dart(options: dict, max_split) -> Dart:
         rho=np.float32(rho),
         on=np.bool_(options.get('on', False)),
         group=group,
+        options=DartOptions(augment=_check_augment(options.get('augment', False))),
     )
+
+
+def _check_augment(augment) -> bool:
+    if not isinstance(augment, bool | np.bool_):
+        msg = f'dart augment must be a bool, got {augment!r}'
+        raise TypeError(msg)
+    return bool(augment)
 
 
 def plan_for(state: State, data_axis: str | None = None) -> SweepPlan:
