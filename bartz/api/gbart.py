@@ -158,8 +158,12 @@ def gbart(
         Beta prior parameters of ``theta / (theta + rho)``; smaller ``a``
         means more sparsity.
     augment
-        R's data augmentation for DART; not implemented
-        (`NotImplementedError`).
+        DART's data augmentation (Linero 2018), as R's ``augment``;
+        ignored without ``sparse``, as R. It makes the update of the split
+        probabilities exact where some predictors have no usable cut-point
+        at a split node: bartz draws the latent rejected variable draws
+        from their conditional law, where R adds deterministic counts
+        truncated to integers (`bartz.sampler.conditionals.draw_dart`).
     rho
         Default: the number of predictors (after ``rm_const``; the two
         copies of a column with missing values count once).
