@@ -107,13 +107,18 @@ def test_nkeep_not_dividing_is_ndpost(data, capsys):
     assert '*****nkeeptrain set to ndpost' in capsys.readouterr().out
 
 
-def test_nkeep_zero(data):
+def test_nkeep_zero(data, tmp_path):
     x, y, _ = data
     fit = bartz.wbart(x, y, ntree=20, nkeeptrain=0, nkeeptreedraws=0, **QUIET)
     assert fit.yhat_train is None
     assert fit.yhat_train_mean.shape == (N,)
     with pytest.raises(ValueError, match='nkeeptreedraws=0'):
         bartz.predict(fit, x)
+    fit.save(tmp_path / 'none.npz')  # nothing to predict with, but what was kept is saved
+    loaded = bartz.load(tmp_path / 'none.npz')
+    np.testing.assert_array_equal(loaded.yhat_train_mean, fit.yhat_train_mean)
+    with pytest.raises(ValueError, match='nkeeptreedraws=0'):
+        loaded.predict(x)
 
 
 def test_mc_thins_each_chain(data):
@@ -179,3 +184,15 @@ def test_cont(data):
     assert plain.numcut[-1] == 1
     assert cont.numcut[-1] == 9
     np.testing.assert_allclose(cont.xinfo[-1, :9], np.arange(1, 10) / 10, rtol=1e-6)
+
+
+def test_thinned_fits_save_and_load(wfits, tmp_path):
+    """A fit thinned by R's counts saves and loads whole, and predicts the same."""
+    _, thin = wfits
+    thin.save(tmp_path / 'thin.npz')
+    loaded = bartz.load(tmp_path / 'thin.npz')
+    assert loaded.nkeep == {'train': 10, 'test': 20, 'treedraws': 8}
+    for name in ('yhat_train', 'yhat_test', 'yhat_test_mean', 'varcount', 'sigma', 'sigma_'):
+        np.testing.assert_array_equal(np.asarray(getattr(loaded, name)), np.asarray(getattr(thin, name)))
+    x = np.linspace(0, 1, 3 * P).reshape(3, P)
+    np.testing.assert_array_equal(bartz.predict(loaded, x), bartz.predict(thin, x))

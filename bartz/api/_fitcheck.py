@@ -41,23 +41,26 @@ _SCALAR_RULES = {
     'sigma_mean': (_FINITE, False),
     'elapsed': (_FINITE, False),
     'accept_rate': ('rates', False),
+    'nkeep': ('nkeep', False),
 }
+# the rows of the draws that R's nkeep counts thin (`bartz.wbart`): size name -> key of ``nkeep``
+_KEPT_ROWS = {'ndpost_train': 'train', 'ndpost_test': 'test', 'ndpost_trees': 'treedraws'}
 
 # array attributes: name -> (shape in named sizes, dtype kinds, range, whether None is allowed)
 _ARRAY_RULES = {
-    'yhat_train': (('ndpost', 'n'), 'f', None, True),
+    'yhat_train': (('ndpost_train', 'n'), 'f', None, True),
     'yhat_train_mean': (('n',), 'f', None, False),
-    'yhat_test': (('ndpost', 'n_test'), 'f', None, True),
+    'yhat_test': (('ndpost_test', 'n_test'), 'f', None, True),
     'yhat_test_mean': (('n_test',), 'f', None, True),
-    'prob_train': (('ndpost', 'n'), 'f', (0, 1), True),
+    'prob_train': (('ndpost_train', 'n'), 'f', (0, 1), True),
     'prob_train_mean': (('n',), 'f', (0, 1), False),
-    'prob_test': (('ndpost', 'n_test'), 'f', (0, 1), True),
+    'prob_test': (('ndpost_test', 'n_test'), 'f', (0, 1), True),
     'prob_test_mean': (('n_test',), 'f', (0, 1), True),
     'sigma': (None, 'f', (0, math.inf), False),  # shape depends on chains: see _sigma_shape
-    'sigma_': (('ndpost',), 'f', (0, math.inf), False),
-    'varcount': (('ndpost', 'p_enc'), 'iu', (0, math.inf), False),
+    'sigma_': (('ndpost_trees',), 'f', (0, math.inf), False),
+    'varcount': (('ndpost_trees', 'p_enc'), 'iu', (0, math.inf), False),
     'varcount_mean': (('p_enc',), 'f', (0, math.inf), False),
-    'varprob': (('ndpost', 'p_enc'), 'f', (0, 1), False),
+    'varprob': (('ndpost_trees', 'p_enc'), 'f', (0, 1), False),
     'varprob_mean': (('p_enc',), 'f', (0, 1), False),
     'numcut': (('p_kept',), 'iu', None, False),
     'xinfo': (None, 'f', None, False),  # checked equal to splits.splits
@@ -101,8 +104,10 @@ def check_contents(header: dict, arrays: dict, attributes: Iterable[str]) -> enc
     enc = _check_encoding(header['encoding'])
     kept = _check_kept(arrays['kept'], enc)
     max_split = _check_splits(arrays['splits.splits'], arrays['splits.max_split'], int(kept.sum()))
-    _check_trace(arrays, ndpost, ntree, max_split)
+    rows = _kept_rows(scalars.get('nkeep'), ndpost, chains)
+    _check_trace(arrays, rows['ndpost_trees'], ntree, max_split)
     sizes = {
+        **rows,
         'ndpost': ndpost,
         'n': scalars['_n'],
         'n_test': _num_test(arrays),
@@ -161,8 +166,28 @@ def _check_names(header: dict, arrays: dict, attributes: set) -> None:
             seen[name] = where
 
 
+def _kept_rows(nkeep, ndpost: int, chains: int) -> dict:
+    """The rows of each kind of draw: ``ndpost``, or what R's nkeep counts kept."""
+    nkeep = nkeep or {}
+    rows = {size: nkeep.get(key, ndpost) for size, key in _KEPT_ROWS.items()}
+    for size, value in rows.items():
+        if not is_int(value) or not 0 <= value <= ndpost or value % chains:
+            msg = (
+                f'nkeep[{_KEPT_ROWS[size]!r}] must be a multiple of chains ({chains}) in [0, ndpost = {ndpost}], '
+                f'got {value!r}'
+            )
+            raise Invalid(msg)
+    return rows
+
+
 def _check_scalar(name: str, value, rule: str) -> None:
-    if rule == 'type':
+    if value is None and rule == 'nkeep':
+        return
+    if rule == 'nkeep':
+        if not isinstance(value, dict) or not set(value) <= set(_KEPT_ROWS.values()):
+            msg = f'{name} must map some of {sorted(_KEPT_ROWS.values())} to row counts, got {value!r}'
+            raise Invalid(msg)
+    elif rule == 'type':
         if not isinstance(value, str) or value not in priors.OUTCOME_TYPES:
             names = ', '.join(repr(t) for t in priors.OUTCOME_TYPES)
             msg = f'type must be one of {names}, got {value!r}'
@@ -287,6 +312,7 @@ def _check_splits(splits: np.ndarray, max_split: np.ndarray, p_kept: int) -> np.
 
 
 def _check_trace(arrays: dict, ndpost: int, ntree: int, max_split: np.ndarray) -> None:
+    """The saved forests: `ndpost` draws (those kept by ``nkeep['treedraws']`` if thinned)."""
     var, split, leaf = (arrays[f'trace.{f}'] for f in ('var_tree', 'split_tree', 'leaf_tree'))
     if leaf.dtype != np.float32 or leaf.ndim != 3 or leaf.shape[:2] != (ndpost, ntree):
         msg = (

@@ -91,6 +91,11 @@ class BARTFit:
         'varcount_mean': '(p,) mean of varcount over draws',
         'varprob': '(ndpost, p) split probability of each encoded column (DART s, or the uniform prior)',
         'varprob_mean': '(p,) mean of varprob over draws',
+        'nkeep': (
+            "R's thinning (bartz.wbart, pbart, lbart): rows kept of each kind of draw, "
+            "{'train': yhat_train/prob_train, 'test': yhat_test/prob_test, 'treedraws': the trees, varcount, "
+            "varprob, sigma_}; a kind not named (or None) has ndpost rows"
+        ),
         # ---- the run
         'accept_rate': "dict: acceptance rates of the 'grow', 'prune', 'change' and 'swap' moves",
         'elapsed': 'seconds of the MCMC run, compilation included',
@@ -238,6 +243,9 @@ class BARTFit:
             )
             raise ValueError(msg)
         max_memory = _check_int('max_memory', max_memory, 1)
+        if self._trace.leaf_tree.shape[0] == 0:
+            msg = 'this fit kept no tree draws (nkeeptreedraws=0): it cannot predict'
+            raise ValueError(msg)
         key = make_key(seed)
         key = key if predictive else None
         return {'kind': kind, 'q': q, 'predictive': bool(predictive), 'key': key, 'max_memory': max_memory}

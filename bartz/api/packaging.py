@@ -99,6 +99,7 @@ def fit_attributes(*, outcome, settings, prior, encoding, splits, kept, trace, i
         '_kept': kept,
         '_splits': splits,
         '_mesh': mesh,
+        'nkeep': None,  # every kind of draw has ndpost rows (R's thinning: `bartz.wbart`)
         'run_info': info,
         'accept_rate': {
             'grow': info.grow_accepted / max(info.grow_proposed, 1),

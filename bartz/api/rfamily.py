@@ -349,8 +349,12 @@ def _thin(fit: BARTFit, counts: dict, ndpost: int, printevery) -> None:
     trees = rows.get('treedraws')
     if trees is not None:
         for name in ('varcount', 'varprob', 'sigma_'):
-            take(name, trees)
-        fit._trace = None if trees.size == 0 else jax.tree.map(lambda a: a[trees], fit._trace)  # noqa: SLF001
+            value = getattr(fit, name, None)
+            if value is not None:  # (none kept: 0 rows, as the trees)
+                setattr(fit, name, _take_rows(value, trees))
+        fit._trace = jax.tree.map(lambda a: a[trees], fit._trace)  # noqa: SLF001
+    kept = {what: int(r.size) for what, r in rows.items() if r is not None and what != 'testmean'}
+    fit.nkeep = kept or None
 
 
 def _take_rows(value, rows):
@@ -421,7 +425,7 @@ def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
         )
         raise TypeError(msg)
     checks._check_int('mc_cores', mc_cores, 1)
-    if fit._trace is None:  # noqa: SLF001
+    if fit._trace.leaf_tree.shape[0] == 0:  # noqa: SLF001
         msg = 'this fit kept no tree draws (nkeeptreedraws=0): it cannot predict'
         raise ValueError(msg)
     if fit.type == 'wbart':
