@@ -47,6 +47,7 @@ from scipy import special, stats
 from bartz import gbart
 from bartz.forest import grove
 from bartz.run import loop as mcmcloop
+from bartz.sampler import conditionals
 from bartz.sampler import step as mcmcstep
 
 P_MIN = 1e-4  # each statistical test must have a p-value above this
@@ -669,6 +670,79 @@ def dirichlet_z_scores(log_s):
         'var_s': (sq.mean(0) - var) / (sq.std(0) / np.sqrt(n)),
         'mean_log_s': (log_s.mean(0) - mean_log) / (log_s.std(0) / np.sqrt(n)),
     }
+
+
+def random_trees(rng, max_split, depth, num_trees, p_internal=0.8):
+    """Heap arrays of random valid trees: each node splits with probability
+    `p_internal` on a uniform usable variable, at a uniform usable index."""
+    p, half = len(max_split), 2 ** (depth - 1)
+    var = np.zeros((num_trees, half), np.int64)
+    split = np.zeros_like(var)
+    for t in range(num_trees):
+        ranges = {1: (np.zeros(p, np.int64), np.array(max_split, np.int64))}
+        for node in range(1, half):
+            if node not in ranges:
+                continue
+            lo, hi = ranges[node]
+            good = np.flatnonzero(hi > lo)
+            if good.size == 0 or rng.random() > p_internal:
+                continue
+            v = rng.choice(good)
+            c = rng.integers(lo[v] + 1, hi[v] + 1)
+            var[t, node], split[t, node] = v, c
+            ranges[2 * node] = (lo, np.where(np.arange(p) == v, c - 1, hi))
+            ranges[2 * node + 1] = (np.where(np.arange(p) == v, c, lo), hi)
+    return var, split
+
+
+def direct_rejection_rates(exponential, var, split, max_split, log_s):
+    """``log(s_j Lambda_j)`` the plain way, in float64: at each split node
+    the usable range of every column from the ancestors' rules, ``P_good``
+    summed over the usable columns, ``lambda = exponential / P_good`` added
+    to each column unusable there."""
+    p, half = len(max_split), var.shape[1]
+    usable = np.asarray(max_split) > 0
+    log_s = np.where(usable, np.asarray(log_s, np.float64), -np.inf)
+    log_s = log_s - np.logaddexp.reduce(log_s)
+    terms = [[] for _ in range(p)]
+    for t, node in np.ndindex(var.shape[0], half):
+        if node == 0 or split[t, node] == 0:
+            continue
+        lo, hi = np.zeros(p, np.int64), np.array(max_split, np.int64)
+        depth = node.bit_length() - 1
+        for level in range(depth):
+            anc = node >> (depth - level)
+            v, c = var[t, anc], split[t, anc]
+            if (node >> (depth - level - 1)) & 1:
+                lo[v] = max(lo[v], c)
+            else:
+                hi[v] = min(hi[v], c - 1)
+        good = hi > lo
+        log_lambda = np.log(exponential[t, node]) - np.logaddexp.reduce(np.where(good, log_s, -np.inf))
+        for j in np.flatnonzero(~good & usable):
+            terms[j].append(log_lambda)
+    return np.array([log_s[j] + np.logaddexp.reduce(terms[j]) if terms[j] else -np.inf for j in range(p)])
+
+
+@pytest.mark.parametrize('scale', [1.0, 30.0, 300.0])
+def test_rejection_rates_match_the_direct_sum(scale):
+    """`conditionals.dart_rejection_rates` (float32, per node and level)
+    equals the plain float64 sum over nodes and columns, also where ``s``
+    is so concentrated (log s spread over hundreds) that ``P_good`` is far
+    below float32's 1 - P_bad resolution; a column without cut-points gets
+    none."""
+    rng = np.random.default_rng(int(scale))
+    max_split = np.array([1, 1, 2, 3, 0, 1, 5, 1])
+    var, split = random_trees(rng, max_split, depth=5, num_trees=30)
+    log_s = np.where(max_split > 0, scale * rng.normal(size=max_split.size), 0).astype(np.float32)
+    exponential = rng.exponential(size=var.shape).astype(np.float32)
+    rates = jax.jit(conditionals.dart_rejection_rates)(
+        exponential, jnp.asarray(var, jnp.uint8), jnp.asarray(split, jnp.uint8), jnp.asarray(max_split, jnp.int32), log_s
+    )
+    expected = direct_rejection_rates(exponential, var, split, max_split, log_s)
+    assert np.isneginf(rates[4]) and np.isneginf(expected[4])
+    assert np.sum(np.isfinite(expected)) >= 6  # most columns are exhausted somewhere
+    np.testing.assert_allclose(np.asarray(rates, np.float64), expected, rtol=2e-6)
 
 
 @pytest.fixture(scope='module')

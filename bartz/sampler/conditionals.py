@@ -14,7 +14,8 @@ from bartz import kernels
 from bartz.forest import grove
 from bartz.kernels.rng import _point_uniforms, gamma
 from bartz.sampler import polyagamma
-from bartz.sampler.moves import node_ranges
+from bartz.sampler._move_bits import level_of_node
+from bartz.sampler._move_rules import exhausted_on_path, path_rules
 from bartz.sampler.state import State
 
 _psum = kernels.psum
@@ -154,31 +155,26 @@ def draw_dart(key, state: State) -> State:
 # near ``log(mean) > 33`` (``2**-18``)
 _LOG_HUGE_RATE = 48 * 0.6931472
 
-# the most (node, column, level) entries `dart_rejection_rates` holds at a
-# time: its trees go by batches of this size
-_RANGE_ENTRIES = 1 << 22
-
-
 def _augment(key, state: State, alpha):
     """Add the rejected draws of Linero's augmentation to the Dirichlet
     parameters `alpha` of the predictors; also return ``log Gamma(alpha)``
     where the count is too large for float32 to hold its noise (-inf
     elsewhere)."""
     dart = state.dart
+    forest = state.forest
     num = alpha.shape[0]
-    key_rates, key_counts = random.split(key)
-    log_rate = dart_rejection_rates(key_rates, state.forest.var_tree, state.forest.split_tree, state.max_split, state.log_s)
-    # the copies of a column: a Poisson of the summed rates, summed in log space
-    top = jax.ops.segment_max(log_rate, dart.group, num)
-    top = jnp.where(jnp.isfinite(top), top, 0.0)
-    log_rate = top + jnp.log(jax.ops.segment_sum(jnp.exp(log_rate - top[dart.group]), dart.group, num))
+    key_lambda, key_counts = random.split(key)
+    exponential = random.exponential(key_lambda, forest.split_tree.shape)
+    log_rate = dart_rejection_rates(exponential, forest.var_tree, forest.split_tree, state.max_split, state.log_s)
+    # the copies of a column: a Poisson of the summed rates
+    log_rate = _segment_logsumexp(log_rate, dart.group, num)
     huge = log_rate > _LOG_HUGE_RATE
     rate = jnp.exp(jnp.where(huge, -jnp.inf, log_rate))
     latent = poisson(key_counts, rate)
     return alpha + latent, jnp.where(huge, jnp.logaddexp(log_rate, jnp.log(alpha)), -jnp.inf)
 
 
-def dart_rejection_rates(key, var_tree, split_tree, max_split, log_s):
+def dart_rejection_rates(exponential, var_tree, split_tree, max_split, log_s):
     """Log Poisson means of Linero's latent rejected draws of each column.
 
     Read the prior of a node's split variable, ``s_v / P_good``, as: draw
@@ -200,16 +196,17 @@ def dart_rejection_rates(key, var_tree, split_tree, max_split, log_s):
     gets ``Poisson(s_j Lambda_j)`` rejected draws, ``Lambda_j`` the total
     of ``lambda`` over the split nodes where ``j`` has no usable cut-point.
 
-    ``P_good`` is summed over the usable columns, in logs, rather than
-    taken as ``1 - P_bad``, which float32 rounds to 0 where ``s`` is
-    concentrated on the unusable ones. That takes the usable range of every
-    column at every node (`bartz.sampler.moves.node_ranges`): the trees go
-    by batches, so that their ranges stay within `_RANGE_ENTRIES`.
+    Only the variables of a node's ancestors can be unusable there (the
+    columns without cut-points aside), so the work is per node and level
+    of the tree, not per column: ``P_good`` is the total of ``s`` but over
+    those (`_log_total_except`), in a form that float32 does not round to 0
+    where ``s`` is concentrated on them, as ``1 - P_bad`` would.
 
     Parameters
     ----------
-    key
-        A JAX random key (the ``lambda`` of each node).
+    exponential
+        Exponential(1) draws, ``(m, H/2)``, one per node (``lambda =
+        exponential / P_good``; those of non-split nodes are not used).
     var_tree, split_tree
         The trees, ``(m, H/2)``.
     max_split
@@ -223,28 +220,63 @@ def dart_rejection_rates(key, var_tree, split_tree, max_split, log_s):
     -------
     ``log(s_j Lambda_j)``, ``(p,)`` float32; -inf where there are no draws.
     """
-    num_trees, half = split_tree.shape
+    num = max_split.shape[0]
+    half = split_tree.shape[1]
     usable = max_split > 0
     log_s = jnp.where(usable, log_s, -jnp.inf)
     log_s = log_s - jax.scipy.special.logsumexp(log_s)
-    nodes = jnp.arange(1, half)
+    order = jnp.argsort(-log_s)  # decreasing s, the columns without cut-points last
+    rank = jnp.zeros(num, jnp.int32).at[order].set(jnp.arange(num, dtype=jnp.int32))
+    log_suffix = lax.cumlogsumexp(jnp.append(log_s[order], -jnp.inf), reverse=True)
 
-    def tree_log_lambda(args):
-        """``log Lambda_j`` of one tree."""
-        exponential, var, split = args
-        lo, hi = jax.vmap(node_ranges, (None, None, None, 0))(var, split, max_split, nodes)  # (H/2 - 1, p)
-        good = hi > lo
-        log_p_good = jax.scipy.special.logsumexp(jnp.where(good, log_s, -jnp.inf), axis=-1)
-        log_lambda = jnp.log(exponential) - log_p_good
-        log_lambda = jnp.where(split[1:] != 0, log_lambda, -jnp.inf)
-        return jax.scipy.special.logsumexp(jnp.where(~good & usable, log_lambda[:, None], -jnp.inf), axis=0)
+    def node_terms(var, split, node):
+        depth = level_of_node(node)
+        path = path_rules(var, split, max_split, log_s, node, depth)
+        levels = jnp.arange(path.var.shape[0])
+        repeated = jnp.any((path.var[:, None] == path.var[None, :]) & (levels[None, :] < levels[:, None]), axis=1)
+        unusable = exhausted_on_path(path, depth) & ~repeated  # each unusable variable once
+        log_p_good = _log_total_except(log_suffix, jnp.where(unusable, rank[path.var], num))
+        return path.var, unusable, log_p_good
 
-    entries_per_tree = half * max_split.shape[0] * max(half.bit_length() - 1, 1)
-    batch = max(1, min(num_trees, _RANGE_ENTRIES // entries_per_tree))
-    # drawn outside the map: jax 0.10.2's key reuse checker flags keys that lax.map slices into batches
-    exponential = random.exponential(key, (num_trees, half - 1))
-    log_lambda = lax.map(tree_log_lambda, (exponential, var_tree, split_tree), batch_size=batch)  # (m, p)
-    return jnp.where(usable, log_s + jax.scipy.special.logsumexp(log_lambda, axis=0), -jnp.inf)
+    nodes = jnp.arange(half)
+    var, unusable, log_p_good = jax.vmap(jax.vmap(node_terms, (None, None, 0)), (0, 0, None))(var_tree, split_tree, nodes)
+    split_node = (split_tree != 0) & (nodes >= 1)
+    log_lambda = jnp.where(split_node, jnp.log(exponential) - log_p_good, -jnp.inf)
+    terms = jnp.where(unusable, log_lambda[..., None], -jnp.inf)  # (m, H/2, L)
+    log_big_lambda = _segment_logsumexp(terms.reshape(-1), var.reshape(-1), num)
+    return jnp.where(usable, log_s + log_big_lambda, -jnp.inf)
+
+
+def _log_total_except(log_suffix, ranks):
+    """Log of the total of ``s`` over the columns but those of ranks
+    `ranks` (in decreasing ``s``; ``p`` for none), from the log totals
+    `log_suffix` of ``s`` from each rank on, ``(p + 1,)``.
+
+    The total is that of the runs of ranks between the excluded ones, each
+    the difference ``S(a) - S(b)`` of two suffix totals, rounded like
+    ``S(a)``: the run, plus ``s`` at the excluded rank ``b`` and at the
+    other excluded ranks after it (each at most the run, as ``s`` decreases
+    along the ranks), plus columns of the total. So the total keeps the
+    relative precision of the logs, within a factor of about twice the
+    number of excluded ranks, however small it is against 1."""
+    num = log_suffix.shape[0] - 1
+    ranks = jnp.sort(ranks)
+    nxt = jnp.append(ranks, num)
+    start = jnp.minimum(jnp.concatenate([jnp.zeros(1, ranks.dtype), ranks + 1]), nxt)
+    log_a, log_b = log_suffix[start], log_suffix[nxt]
+    nonempty = (start < nxt) & jnp.isfinite(log_a)
+    safe_a = jnp.where(nonempty, log_a, 0.0)
+    diff = jnp.where(nonempty, jnp.minimum(log_b - safe_a, 0.0), -1.0)
+    log_run = jnp.where(nonempty, safe_a + jnp.log(-jnp.expm1(diff)), -jnp.inf)
+    return jax.scipy.special.logsumexp(log_run)
+
+
+def _segment_logsumexp(x, segment, num):
+    """``log(segment_sum(exp(x)))``, each segment shifted by its own maximum
+    (a segment of small values next to one of large ones does not underflow)."""
+    top = jax.ops.segment_max(x, segment, num)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    return top + jnp.log(jax.ops.segment_sum(jnp.exp(x - top[segment]), segment, num))
 
 
 def poisson(key, rate):
