@@ -42,6 +42,7 @@ from bartz.api.gbart import BARTFit, gbart, mc_gbart  # noqa: E402
 from bartz.api.io import load  # noqa: E402
 from bartz.api.treedraws import from_treedraws  # noqa: E402
 from bartz.api.rfamily import lbart, mc_lbart, mc_pbart, mc_wbart, pbart, predict, wbart  # noqa: E402
+from bartz.api.survival import SurvBARTFit, mc_surv_bart, surv_bart, surv_pre_bart  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
 from bartz.forest import grove  # noqa: E402
 from bartz.prep import cutpoints as prepcovars  # noqa: E402
@@ -67,6 +68,7 @@ __all__ = [
     'BARTRegressor',
     'ConvergenceWarning',
     'PositionalColumnsWarning',
+    'SurvBARTFit',
     'buckets',
     'compile_cache',
     'diagnostics',
@@ -82,6 +84,7 @@ __all__ = [
     'mc_gbart',
     'mc_lbart',
     'mc_pbart',
+    'mc_surv_bart',
     'mc_wbart',
     'mcmcloop',
     'mcmcstep',
@@ -93,6 +96,8 @@ __all__ = [
     'prepcovars',
     'priors',
     'sharding',
+    'surv_bart',
+    'surv_pre_bart',
     'wbart',
 ]
 

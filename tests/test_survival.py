@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import bartz
-from bartz.api.survival import surv_pre_bart
+from bartz import surv_pre_bart
 
 # ---------------------------------------------------------------- R's layout, worked by hand
 
@@ -92,3 +92,136 @@ def test_layout_time_dependent():
 def test_layout_errors(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         surv_pre_bart(**kwargs)
+
+
+# ---------------------------------------------------------------- surv_bart and R's predict
+
+SMALL = dict(ntree=20, ndpost=60, nskip=30, keepevery=1, printevery=None)
+
+
+def _exponential(seed, n=200, rates=(0.5, 1.5), end=1.5):
+    """Exponential times of rate ``rates[x]`` for a binary x, censored at `end` (on the grid)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 2, n).astype(float)
+    t = rng.exponential(1 / np.asarray(rates)[x.astype(int)])
+    return x[:, None], np.minimum(t, end), (t < end).astype(int)
+
+
+@pytest.fixture(scope='module')
+def small():
+    x, times, delta = _exponential(0, n=60)
+    x_test = np.array([[0.0], [1.0]])
+    post = bartz.surv_bart(x, times=times, delta=delta, x_test=x_test, K=4, seed=1, **SMALL)
+    return x, times, delta, x_test, post
+
+
+def test_surv_bart_attributes(small):
+    """R's survbart list: the grid, the hazards at tx_test and their running products."""
+    _, _, _, _, post = small
+    assert post.K == 4 and post.times.shape == (4,) and post.type == 'pbart'
+    assert post.tx_test.shape == (8, 2) and post.surv_test.shape == (60, 8)
+    assert isinstance(post.fit, bartz.BARTFit) and post.prob_train is post.fit.prob_train
+    assert post.varcount.shape == (60, 2) and post.ndpost == 60
+    np.testing.assert_allclose(post.prob_test, post.fit.predict(post.tx_test), rtol=1e-6)
+    np.testing.assert_allclose(post.prob_test, bartz.predict(post.fit, post.tx_test).prob_test, rtol=1e-6)
+    by_hand = np.cumprod(1 - post.prob_test.astype(np.float64).reshape(60, 2, 4), axis=2).reshape(60, 8)
+    np.testing.assert_allclose(post.surv_test, by_hand, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(post.surv_test_mean, by_hand.mean(axis=0), rtol=1e-5, atol=1e-7)
+    assert np.all(np.diff(post.surv_test.reshape(60, 2, 4), axis=2) <= 0)
+
+
+def test_predict_survbart(small):
+    """bartz.predict is R's predict.survbart; blocks of settings and kind='mean' change nothing."""
+    _, _, _, _, post = small
+    pred = bartz.predict(post, post.tx_test)
+    assert pred.K == 4
+    np.testing.assert_array_equal(pred.times, post.times)
+    np.testing.assert_array_equal(pred.surv_test, post.surv_test)
+    np.testing.assert_array_equal(pred.yhat_test, post.yhat_test)
+    assert pred.binary_offset == post.offset
+    mean = post.r_predict(post.tx_test, kind='mean', max_memory=1)  # one setting per block
+    assert mean.surv_test is None and mean.prob_test is None
+    np.testing.assert_allclose(mean.surv_test_mean, post.surv_test_mean, rtol=1e-6)
+
+
+def test_predict_survbart_layout_refused(small):
+    _, _, _, _, post = small
+    with pytest.raises(ValueError, match='grid times'):
+        bartz.predict(post, post.tx_test[::-1])
+    with pytest.raises(ValueError, match="'draws' or 'mean'"):
+        post.r_predict(post.tx_test, kind='sd')
+
+
+def test_surv_bart_expanded_input_same_draws(small):
+    """y_train given: x_train taken as the expanded rows (R's second case), the same chain."""
+    x, times, delta, x_test, post = small
+    pre = bartz.surv_pre_bart(times, delta, x, x_test, K=4)
+    again = bartz.surv_bart(pre.tx_train, pre.y_train, x_test=pre.tx_test, seed=1, **SMALL)
+    np.testing.assert_array_equal(again.times, post.times)
+    np.testing.assert_array_equal(again.surv_test, post.surv_test)
+
+
+def test_surv_bart_means_only(small):
+    x, times, delta, x_test, post = small
+    means = bartz.surv_bart(x, times=times, delta=delta, x_test=x_test, K=4, seed=1, keep_test_draws=False, **SMALL)
+    assert means.surv_test is None and means.prob_test is None and means.yhat_test is None
+    np.testing.assert_allclose(means.surv_test_mean, post.surv_test_mean, rtol=1e-6)
+    np.testing.assert_allclose(means.prob_test_mean, post.prob_test.mean(axis=0), rtol=1e-5)
+
+
+def test_mc_surv_bart_chains(small):
+    x, times, delta, x_test, _ = small
+    post = bartz.mc_surv_bart(x, times=times, delta=delta, x_test=x_test, K=4, mc_cores=2, **SMALL)
+    assert post.fit.chains == 2 and post.ndpost == 60 and post.surv_test.shape == (60, 8)
+
+
+def test_surv_bart_lbart_and_kaplan_meier_analogue():
+    """No covariates (R's Kaplan-Meier analogue): tx_test is the grid; type='lbart' uses the logistic link."""
+    _, times, delta = _exponential(2, n=40)
+    post = bartz.surv_bart(times=times, delta=delta, K=3, type='lbart', **SMALL)
+    assert post.tx_test.shape == (3, 1)
+    from scipy.special import expit  # noqa: PLC0415
+
+    np.testing.assert_allclose(post.prob_test, expit(post.yhat_test.astype(np.float64)), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ('kwargs', 'error', 'match'),
+    [
+        (dict(type='wbart'), ValueError, "either 'pbart' or 'lbart'"),
+        (dict(sigest=1.0), TypeError, 'unexpected keyword'),
+        (dict(times=None), ValueError, 'needs times and delta'),
+        (dict(y_train=[0, 1, 2]), ValueError, r'y.train has >2 values'),
+        (dict(keep_test_draws=1), TypeError, 'keep_test_draws'),
+    ],
+)
+def test_surv_bart_errors(kwargs, error, match):
+    x, times, delta = _exponential(3, n=3)
+    args = dict(x_train=x, times=times, delta=delta) | kwargs
+    with pytest.raises(error, match=match):
+        bartz.surv_bart(**args, **SMALL)
+
+
+# ---------------------------------------------------------------- recovery of a known survival
+
+
+@pytest.mark.parametrize('seed', [0, 1])
+def test_recovers_exponential_survival(seed):
+    """S(t_j | x) = exp(-rate_x t_j) on the grid (no censoring inside it): the truth within
+    4 standard errors, the posterior sd and the Monte Carlo error (from the ESS) together."""
+    rates = (0.5, 1.5)
+    x, times, delta = _exponential(seed, n=200, rates=rates)
+    post = bartz.surv_bart(
+        x, times=times, delta=delta, x_test=np.array([[0.0], [1.0]]), K=6, seed=seed,
+        ntree=50, ndpost=400, nskip=200, keepevery=2, printevery=None,
+    )
+    truth = np.exp(-np.asarray(rates)[:, None] * post.times[None, :]).reshape(-1)
+    draws = post.surv_test.astype(np.float64)
+    sd = draws.std(axis=0, ddof=1)
+    ess = bartz.diagnostics.ess(draws, chain_axis=None, draw_axis=0)
+    se = np.sqrt(sd**2 + sd**2 / ess)
+    z = (post.surv_test_mean - truth) / se
+    assert np.all(np.abs(z) < 4), z
+    # the covariate matters: the two curves apart by many standard errors at the last time
+    last = (post.K - 1, 2 * post.K - 1)
+    assert (post.surv_test_mean[last[0]] - post.surv_test_mean[last[1]]) / np.hypot(*sd[list(last)]) > 3
