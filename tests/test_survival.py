@@ -1,5 +1,7 @@
 """Survival BART: R's ``surv.pre.bart`` layout, `surv_bart`, `mc_surv_bart`, R's predict."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -225,3 +227,49 @@ def test_recovers_exponential_survival(seed):
     # the covariate matters: the two curves apart by many standard errors at the last time
     last = (post.K - 1, 2 * post.K - 1)
     assert (post.surv_test_mean[last[0]] - post.surv_test_mean[last[1]]) / np.hypot(*sd[list(last)]) > 3
+
+
+# ---------------------------------------------------------------- R's demo lung.surv.bart.R
+
+R_DATA = Path('/work/shared/data/r-bart')  # R's demo data and R's results (its README says what R ran)
+
+
+@pytest.mark.slow
+def test_lung_demo():
+    """R's demo/lung.surv.bart.R, line by line: the partial dependence of S(t, x) on sex
+    agrees with R's (reference/lung_surv_pd.csv) within Monte Carlo error.
+
+    Both sides are estimates: the standard error of the difference combines ours (the sd
+    of our draws over their ESS) and R's (the sd from R's 95% interval over the same ESS:
+    R's draws are not stored, its chain has the same length and thinning)."""
+    root = R_DATA
+    if not (root / 'lung.csv').exists():
+        pytest.skip(f"R's demo data not found in {root}")
+    lung = pd.read_csv(root / 'lung.csv')
+    N = len(lung)
+    # if physician's KPS unavailable, then use the patient's
+    lung['ph.karno'] = lung['ph.karno'].fillna(lung['pat.karno'])
+    times = np.ceil(lung['time'] / 7).to_numpy()  # weeks
+    delta = (lung['status'] - 1).to_numpy()  # 0 censored, 1 dead
+    x_train = np.column_stack([lung['sex'], lung['age'], lung['ph.karno']]).astype(float)
+    post = bartz.mc_surv_bart(x_train=x_train, times=times, delta=delta, mc_cores=1, seed=99, printevery=None)
+    pre = bartz.surv_pre_bart(times=times, delta=delta, x_train=x_train, x_test=x_train)
+    K, M = pre.K, post.ndpost
+    tx_test = np.vstack([pre.tx_test, pre.tx_test])
+    tx_test[:, 1] = np.r_[np.full(N * K, 1.0), np.full(N * K, 2.0)]  # sex in column 1, time in column 0
+    pred = bartz.predict(post, newdata=tx_test)
+    pd_draws = pred.surv_test.reshape(M, 2, N, K).mean(axis=2, dtype=np.float64).reshape(M, 2 * K)
+
+    ref = pd.read_csv(root / 'reference' / 'lung_surv_pd.csv')
+    ref = pd.concat([ref[ref['sex'] == 1], ref[ref['sex'] == 2]])
+    np.testing.assert_array_equal(ref['time'], np.tile(pre.times, 2))
+    ess = bartz.diagnostics.ess(pd_draws, chain_axis=None, draw_axis=0)
+    se_ours = pd_draws.std(axis=0, ddof=1) / np.sqrt(ess)
+    se_r = (ref['hi'] - ref['lo']).to_numpy() / (2 * 1.96) / np.sqrt(ess)
+    z = (pd_draws.mean(axis=0) - ref['mean'].to_numpy()) / np.hypot(se_ours, se_r)
+    assert np.all(np.abs(z) < 5), z
+    assert np.mean(np.abs(z)) < 2.5, z
+    # and the quantiles R reports: ours within a few posterior sds' Monte Carlo error of R's
+    lo, hi = np.quantile(pd_draws, [0.025, 0.975], axis=0)
+    width = ref['hi'].to_numpy() - ref['lo'].to_numpy()
+    np.testing.assert_allclose(hi - lo, width, rtol=0.25)
