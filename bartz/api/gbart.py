@@ -386,7 +386,7 @@ def _encode(x_train, y_train, x_test, w, seed, cuts, outcome, settings):
     x_test_model = None if x_test is None else enc.transform(x_test, 'x_test')
     _checks.check_kept_memory(settings, n, 0 if x_test_model is None else len(x_test_model), x.shape[1])
     key = _checks.make_key(seed)
-    splits, kept = _cut_points(enc, x, numcut, xinfo, settings)
+    splits, kept = _cut_points(enc, x, *cuts, settings)
     X = _bins(enc, x, splits, kept)
     return _Data(enc, x, y, w, x_test_model, splits, kept, X), key
 
