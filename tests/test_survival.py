@@ -146,6 +146,23 @@ def test_predict_survbart(small):
     np.testing.assert_allclose(mean.surv_test_mean, post.surv_test_mean, rtol=1e-6)
 
 
+
+def test_predict_survbart_in_blocks(small):
+    """The draws too are the same one setting of x at a time (the host bound)."""
+    _, _, _, _, post = small
+    pred = post.r_predict(post.tx_test, max_memory=1)
+    np.testing.assert_allclose(pred.surv_test, post.surv_test, rtol=1e-5, atol=1e-7)
+
+
+def test_surv_bart_dataframe_and_id():
+    x, times, delta = _exponential(4, n=40)
+    frame = pd.DataFrame({'arm': pd.Categorical(np.where(x[:, 0] > 0, 'b', 'a'))})
+    post = bartz.surv_bart(frame, times=times, delta=delta, x_test=frame.iloc[:2], K=3, id='trial 1', **SMALL)
+    assert post.id == 'trial 1'
+    assert list(post.tx_train.columns) == ['t', 'arm'] and post.surv_test.shape == (60, 2 * post.K)
+    pred = bartz.predict(post, post.tx_test)
+    np.testing.assert_allclose(pred.surv_test_mean, post.surv_test_mean, rtol=1e-6)
+
 def test_predict_survbart_layout_refused(small):
     _, _, _, _, post = small
     with pytest.raises(ValueError, match='grid times'):
