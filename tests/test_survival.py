@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.special import expit
 
 import bartz
 from bartz import surv_pre_bart
@@ -199,8 +200,6 @@ def test_surv_bart_lbart_and_kaplan_meier_analogue():
     _, times, delta = _exponential(2, n=40)
     post = bartz.surv_bart(times=times, delta=delta, K=3, type='lbart', **SMALL)
     assert post.tx_test.shape == (3, 1)
-    from scipy.special import expit  # noqa: PLC0415
-
     np.testing.assert_allclose(post.prob_test, expit(post.yhat_test.astype(np.float64)), rtol=1e-5)
 
 
