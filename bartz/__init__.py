@@ -43,6 +43,7 @@ from bartz.api.io import load  # noqa: E402
 from bartz.api.treedraws import from_treedraws  # noqa: E402
 from bartz.api.rfamily import lbart, mc_lbart, mc_pbart, mc_wbart, pbart, predict, wbart  # noqa: E402
 from bartz.api.survival import SurvBARTFit, mc_surv_bart, surv_bart, surv_pre_bart  # noqa: E402
+from bartz.api.multinomial import MBARTFit, mbart, mc_mbart  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
 from bartz.forest import grove  # noqa: E402
 from bartz.prep import cutpoints as prepcovars  # noqa: E402
@@ -67,6 +68,7 @@ __all__ = [
     'BARTFit',
     'BARTRegressor',
     'ConvergenceWarning',
+    'MBARTFit',
     'PositionalColumnsWarning',
     'SurvBARTFit',
     'buckets',
@@ -81,8 +83,10 @@ __all__ = [
     'jaxext',
     'lbart',
     'load',
+    'mbart',
     'mc_gbart',
     'mc_lbart',
+    'mc_mbart',
     'mc_pbart',
     'mc_surv_bart',
     'mc_wbart',
