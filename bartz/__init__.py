@@ -43,6 +43,7 @@ from bartz.api.io import load  # noqa: E402
 from bartz.api.treedraws import from_treedraws  # noqa: E402
 from bartz.api.rfamily import lbart, mc_lbart, mc_pbart, mc_wbart, pbart, predict, wbart  # noqa: E402
 from bartz.api.survival import SurvBARTFit, mc_surv_bart, surv_bart, surv_pre_bart  # noqa: E402
+from bartz.api.recur import RecurBARTFit, mc_recur_bart, recur_bart, recur_pre_bart  # noqa: E402
 from bartz.api.multinomial import MBARTFit, mbart, mc_mbart  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
 from bartz.forest import grove  # noqa: E402
@@ -70,6 +71,7 @@ __all__ = [
     'ConvergenceWarning',
     'MBARTFit',
     'PositionalColumnsWarning',
+    'RecurBARTFit',
     'SurvBARTFit',
     'buckets',
     'compile_cache',
@@ -88,6 +90,7 @@ __all__ = [
     'mc_lbart',
     'mc_mbart',
     'mc_pbart',
+    'mc_recur_bart',
     'mc_surv_bart',
     'mc_wbart',
     'mcmcloop',
@@ -99,6 +102,8 @@ __all__ = [
     'predict',
     'prepcovars',
     'priors',
+    'recur_bart',
+    'recur_pre_bart',
     'sharding',
     'surv_bart',
     'surv_pre_bart',
