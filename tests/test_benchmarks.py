@@ -281,3 +281,14 @@ def test_perf_kernels_names_the_sweep_kernels():
     cumulative = [float(row.split('|')[2].strip().rstrip('%')) for row in rows]
     assert any('kernel wrapped_scatter' in row for row in rows), proc.stdout
     assert cumulative == sorted(cumulative) and 50 < cumulative[-1] <= 100
+
+
+@pytest.mark.slow
+def test_survival_prints_both_workloads():
+    """`survival.py --quick` times R's lung demo and a simulated study: both rows have figures."""
+    proc = _run_script('benchmarks/survival.py', '--quick', '--people', '2000', '--ndpost', '20')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(('| lung', '| simulated'))]
+    assert len(rows) == 2, proc.stdout
+    assert not any('failed' in row for row in rows), proc.stdout
+    assert 'ms/iter' in rows[1]
