@@ -43,6 +43,9 @@ from bartz.api.io import load  # noqa: E402
 from bartz.api.treedraws import from_treedraws  # noqa: E402
 from bartz.api.rfamily import lbart, mc_lbart, mc_pbart, mc_wbart, pbart, predict, wbart  # noqa: E402
 from bartz.api.survival import SurvBARTFit, mc_surv_bart, surv_bart, surv_pre_bart  # noqa: E402
+from bartz.api.crisk import (  # noqa: E402
+    Crisk2BARTFit, CriskBARTFit, crisk2_bart, crisk_bart, crisk_pre_bart, mc_crisk2_bart, mc_crisk_bart,
+)  # fmt: skip
 from bartz.api.recur import RecurBARTFit, mc_recur_bart, recur_bart, recur_pre_bart  # noqa: E402
 from bartz.api.multinomial import MBARTFit, mbart, mc_mbart  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
@@ -69,12 +72,17 @@ __all__ = [
     'BARTFit',
     'BARTRegressor',
     'ConvergenceWarning',
+    'Crisk2BARTFit',
+    'CriskBARTFit',
     'MBARTFit',
     'PositionalColumnsWarning',
     'RecurBARTFit',
     'SurvBARTFit',
     'buckets',
     'compile_cache',
+    'crisk2_bart',
+    'crisk_bart',
+    'crisk_pre_bart',
     'diagnostics',
     'encoding',
     'estimators',
@@ -86,6 +94,8 @@ __all__ = [
     'lbart',
     'load',
     'mbart',
+    'mc_crisk2_bart',
+    'mc_crisk_bart',
     'mc_gbart',
     'mc_lbart',
     'mc_mbart',
