@@ -42,6 +42,10 @@ Deviations from R, on purpose:
 (`gbart` is over 60 lines because of its docstring, which documents R's
 arguments, and its call of `bartz.prep.checks.check_settings`, which passes
 each of them by name.)
+
+Its private argument ``_censored`` (an ``(n,)`` bool mask of right-censored
+points of a continuous ``y``) is `bartz.abart`'s path into the sampler; R's
+``gbart`` has no censoring.
 """
 
 import functools
@@ -115,6 +119,7 @@ def gbart(
     num_chain_devices=None,
     num_data_devices=None,
     warmstart=0,
+    _censored=None,
 ) -> BARTFit:
     """Fit BART by MCMC, as R's ``BART::gbart``.
 
@@ -330,7 +335,7 @@ def gbart(
     prior = _r_priors(outcome, data, settings)
 
     # 4. run
-    X, X_test, trace, burn_sigma2, info = _sample(key, data, prior, outcome, settings, mesh)
+    X, X_test, trace, burn_sigma2, info = _sample(key, data, prior, outcome, settings, mesh, _censored)
 
     # 5. package, and warn if the chains do not look converged; after the
     # sampling, a Ctrl-C returns the fit with what is done (`bartz.api.fit.package`)
@@ -411,10 +416,12 @@ def _r_priors(outcome, data: _Data, settings) -> priors.Priors:
     return prior
 
 
-def _sample(key, data: _Data, prior, outcome, settings, mesh):
+def _sample(key, data: _Data, prior, outcome, settings, mesh, censored=None):
     """Run the chains on the binned data (`bartz.api.sampling.run_chains`),
     with the predictions at x_test compiled meanwhile; return the padded
-    bins, the bins of x_test (None without it) and what `run_chains` returns."""
+    bins, the bins of x_test (None without it) and what `run_chains` returns.
+    `censored`: the right-censored points of a continuous y, from
+    `bartz.api.abart` (R's gbart has no censoring; private)."""
     enc, kept = data.enc, data.kept
     log_s = enc.log_split_weights()[kept] if enc.augmented else None
     # DART: the two copies of a column with missing values are one predictor
@@ -424,7 +431,7 @@ def _sample(key, data: _Data, prior, outcome, settings, mesh):
     if X_test is not None and mesh is None:
         on_start = functools.partial(sampling.compile_test_predictions, X_test, settings, outcome, prior)
     X, trace, burn_sigma2, info = sampling.run_chains(
-        key, data.X, data.splits, log_s, prior, data.w, outcome, settings, mesh, group, on_start
+        key, data.X, data.splits, log_s, prior, data.w, outcome, settings, mesh, group, on_start, censored
     )
     return X, X_test, trace, burn_sigma2, info
 

@@ -65,9 +65,10 @@ def compile_test_predictions(X_test, settings, outcome, prior, state, ndraws):
     threading.Thread(target=work, name='bartz-compile-x_test', daemon=True).start()
 
 
-def initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group):
+def initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group, censored=None):
     """The padded bins and the sampler's state of one chain before the run
-    (`bartz.mcmcstep.init`)."""
+    (`bartz.mcmcstep.init`); `censored`, an ``(n,)`` bool mask or None,
+    marks the right-censored points of ``y`` (`bartz.api.abart`)."""
     p, n = X.shape
     num_data_devices = mesh.shape['data'] if mesh is not None else 1
     # the data axis padded to the size ladder, so that a new n reuses the
@@ -85,6 +86,12 @@ def initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group):
     prec_weights = None if w is None else np.pad((1.0 / w**2).astype(np.float32), (0, npad - n))
     dart = {'theta': settings.theta, 'a': settings.a, 'b': settings.b, 'rho': settings.rho, 'group': group}
     dart['augment'] = settings.augment
+    censor_bound = None
+    if censored is not None:
+        if num_data_devices > 1:
+            msg = f'censored outcomes (abart) do not split the data over devices yet: got num_data_devices={num_data_devices}'
+            raise ValueError(msg)
+        censor_bound = np.where(np.pad(censored, (0, npad - n)), y_core, -np.inf)
     state = mcmcstep.init(
         X=X,
         max_split=max_split,
@@ -105,11 +112,12 @@ def initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group):
         valid=valid,
         dart=dart if settings.sparse else None,
         move_probs=settings.move_probs,
+        censor_bound=censor_bound,
     )
     return X, state
 
 
-def run_chains(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None, on_start=None):
+def run_chains(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=None, on_start=None, censored=None):
     """Run the chains; return the padded bins, the trace (draws chain after
     chain, ``fit_train`` cut to the real points, ``varcount`` and ``log_s``
     to the real predictors), the burn-in error variances ``(nskip,
@@ -118,7 +126,7 @@ def run_chains(key, X, splits, log_s, prior, w, outcome, settings, mesh, group=N
     of draws the trace will have."""
     p, n = X.shape
     mc_cores = settings.mc_cores
-    X, state = initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group)
+    X, state = initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group, censored)
     # one chain on one device runs the plain sweep (no chain axis to vmap over)
     num_chains = None if mesh is None and mc_cores == 1 else mc_cores
     if num_chains is not None:

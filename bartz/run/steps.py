@@ -41,7 +41,7 @@ def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: st
     return mcmcstep.State(
         X=P(None, D),
         max_split=P(),
-        y=P(D),
+        y=P(C, D) if state.censor_bound is not None else P(D),  # per chain: the draws of the censored points
         z=opt(state.z, P(C, D)),
         # per chain for logistic BART, where they are the Polya-Gamma variables
         prec_weights=opt(state.prec_weights, P(C, D) if state.logit_offset is not None else P(D)),
@@ -67,6 +67,7 @@ def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: st
         move_probs=opt(state.move_probs, P()),
         move_kinds=state.move_kinds,  # static: no arrays to place
         plan=state.plan,  # static too
+        censor_bound=opt(state.censor_bound, P(D)),
     )
 
 

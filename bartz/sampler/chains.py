@@ -13,6 +13,8 @@ def chain_axes(state: State) -> State:
     per_chain = {'z', 'resid', 'sigma2', 'forest', 'log_s', 'dart'}
     if state.logit_offset is not None:
         per_chain.add('prec_weights')  # the Polya-Gamma variables
+    if state.censor_bound is not None:
+        per_chain.add('y')  # the draws of the censored responses
     return State(*(0 if name in per_chain else None for name in State._fields))
 
 

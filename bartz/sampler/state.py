@@ -33,7 +33,7 @@ class State(NamedTuple):
 
     X: jax.Array  # (p, n) uint8/uint16: binned predictors
     max_split: jax.Array  # (p,) int32: number of cut-points of each predictor
-    y: jax.Array  # (n,) float32 centred outcome, or bool for binary outcomes
+    y: jax.Array  # (n,) float32 centred outcome (censored points: their current draw, per chain), or bool for binary outcomes
     z: jax.Array | None  # (n,) float32: probit latent (centred by offset); None if continuous
     prec_weights: jax.Array | None  # (n,) float32: 1 / w^2; None if unweighted
     resid: jax.Array  # (n,) float32: y (or z) minus the sum of trees
@@ -52,6 +52,7 @@ class State(NamedTuple):
     move_probs: jax.Array | None = None  # (4,) float32: grow, prune, change, swap; None: the defaults
     move_kinds: 'MoveKinds | None' = None  # static: the kinds compiled (those with positive probability at init); None: all
     plan: SweepPlan | None = None  # static: the sweep's kernels; None: `plan_sweep` for the shapes `step` traces
+    censor_bound: jax.Array | None = None  # (n,) float32: y > this at right-censored points, -inf elsewhere; None: no censoring
 
 
 @jax.tree_util.register_static
@@ -161,6 +162,7 @@ def init(
     logit_offset: float | None = None,
     move_probs=None,
     plan: SweepPlan | None = None,
+    censor_bound: jax.Array | None = None,
 ) -> State:
     """Make the initial state: every tree a single leaf with value 0.
 
@@ -233,6 +235,13 @@ def init(
         Optional ``(n,)`` bool mask of real points. Other points (padding, so
         that ``n`` divides among devices) get leaf index 0, an unused heap
         slot, and so never enter any sum; their ``y`` must be 0.
+    censor_bound
+        For continuous ``y``, right censoring (the accelerated failure time
+        model of R's ``abart``), shape ``(n,)``: at a censored point the
+        response is only known to exceed this value (centred like ``y``),
+        and is drawn every `step` (`bartz.sampler.conditionals.draw_censored`,
+        starting from ``y``, which must equal it there, as R); -inf at the
+        observed points. None (the default): no censoring.
     plan
         The sweep's kernels (`bartz.kernels.plan.SweepPlan`, static: part of
         the state's tree structure). None (the default): `step` plans for
@@ -298,6 +307,7 @@ def init(
         logit_offset=np.float32(logit_offset) if logistic else None,
         move_probs=move_probs_array(move_probs),
         plan=plan,
+        censor_bound=_censor_bound(censor_bound, is_binary, valid),
     )
     state = state._replace(move_kinds=_move_kinds(state.move_probs, max_split, max_depth, state.log_s, state.dart))
     # distinct device buffers for every field, so that the state can be donated
@@ -330,6 +340,20 @@ def _initial_latents(y, valid, is_binary, prec_weights, logit_offset, probit_thr
         resid = y
         sigma2 = np.float32(sigma2_init)
     return prec_weights, z, resid, threshold, sigma2
+
+
+def _censor_bound(bound, is_binary, valid):
+    """`init`'s censoring bounds, float32, -inf at the padding; None without."""
+    if bound is None:
+        return None
+    if is_binary:
+        msg = 'censor_bound needs a continuous y'
+        raise ValueError(msg)
+    bound = np.asarray(bound, np.float32)
+    if bound.shape != valid.shape:
+        msg = f'censor_bound must have shape {valid.shape}, got {bound.shape}'
+        raise ValueError(msg)
+    return np.where(valid, bound, -np.inf).astype(np.float32)
 
 
 def _init_dart(options: dict, max_split) -> Dart:

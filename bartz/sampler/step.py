@@ -25,7 +25,8 @@ One `step` is Chipman, George & McCulloch's "Bayesian backfitting":
    per cell), accept or reject with the exact marginal-likelihood ratio,
    and draw all leaf values from their conjugate Gaussian posterior.
 4. Draw the error variance from its conjugate inverse gamma (continuous
-   outcome) or the probit latent variables (binary outcome).
+   outcome; right-censored responses first, `draw_censored`) or the probit
+   latent variables (binary outcome).
 
 The residuals (and, with weights, the per-leaf precision sums) are carried
 from sweep to sweep and updated incrementally in float32; `refresh`
@@ -87,7 +88,7 @@ from bartz.sampler.chains import (
     stack_chains,
     unstack_chains,
 )
-from bartz.sampler.conditionals import draw_dart, draw_latent, draw_latent_logit, draw_sigma2
+from bartz.sampler.conditionals import draw_censored, draw_dart, draw_latent, draw_latent_logit, draw_sigma2
 from bartz.sampler.moves import ALL_KINDS, Moves, move_probs_array, propose_tree
 from bartz.sampler.state import Dart, Forest, MoveKinds, State, StepInfo, init, plan_for
 from bartz.sampler.sweep import sweep_trees
@@ -172,9 +173,14 @@ def step(key: jax.Array, state: State, *, data_axis: str | None = None) -> tuple
         state = draw_latent_logit(key_last, state, data_axis)
     elif state.z is not None:
         state = draw_latent(key_last, state, data_axis)
-    elif state.sigma2_alpha is not None:
-        state = draw_sigma2(key_last, state, data_axis)
-    # else the error variance is known (R's lambda=0) and stays at its starting value
+    else:
+        if state.censor_bound is not None:
+            # (its own key only here: fits without censoring keep their draws)
+            key_censored, key_last = rng._split(key_last, 2)
+            state = draw_censored(key_censored, state, data_axis)
+        if state.sigma2_alpha is not None:
+            state = draw_sigma2(key_last, state, data_axis)
+        # else the error variance is known (R's lambda=0) and stays at its starting value
     return state, info
 
 
