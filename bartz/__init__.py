@@ -37,6 +37,7 @@ compile_cache._setup_default()  # noqa: SLF001
 
 from bartz import diagnostics, jaxext  # noqa: E402
 from bartz.api import estimators, io, partial  # noqa: E402
+from bartz.api.abart import AFTFit, abart, mc_abart  # noqa: E402
 from bartz.api.estimators import BARTClassifier, BARTRegressor  # noqa: E402
 from bartz.api.gbart import BARTFit, gbart, mc_gbart  # noqa: E402
 from bartz.api.io import load  # noqa: E402
@@ -68,6 +69,7 @@ del _name
 from bartz._version import __version__  # noqa: E402
 
 __all__ = [
+    'AFTFit',
     'BARTClassifier',
     'BARTFit',
     'BARTRegressor',
@@ -78,6 +80,7 @@ __all__ = [
     'PositionalColumnsWarning',
     'RecurBARTFit',
     'SurvBARTFit',
+    'abart',
     'buckets',
     'compile_cache',
     'crisk2_bart',
@@ -96,6 +99,7 @@ __all__ = [
     'mbart',
     'mc_crisk2_bart',
     'mc_crisk_bart',
+    'mc_abart',
     'mc_gbart',
     'mc_lbart',
     'mc_mbart',
