@@ -48,7 +48,7 @@ from bartz.api.crisk import (  # noqa: E402
     Crisk2BARTFit, CriskBARTFit, crisk2_bart, crisk_bart, crisk_pre_bart, mc_crisk2_bart, mc_crisk_bart,
 )  # fmt: skip
 from bartz.api.recur import RecurBARTFit, mc_recur_bart, recur_bart, recur_pre_bart  # noqa: E402
-from bartz.api.multinomial import MBARTFit, mbart, mc_mbart  # noqa: E402
+from bartz.api.multinomial import MBARTFit, mbart, mbart2, mc_mbart, mc_mbart2  # noqa: E402
 from bartz.diagnostics import ConvergenceWarning  # noqa: E402
 from bartz.forest import grove  # noqa: E402
 from bartz.prep import cutpoints as prepcovars  # noqa: E402
@@ -97,12 +97,14 @@ __all__ = [
     'lbart',
     'load',
     'mbart',
+    'mbart2',
     'mc_crisk2_bart',
     'mc_crisk_bart',
     'mc_abart',
     'mc_gbart',
     'mc_lbart',
     'mc_mbart',
+    'mc_mbart2',
     'mc_pbart',
     'mc_recur_bart',
     'mc_surv_bart',

@@ -1,5 +1,6 @@
-"""Multinomial BART as R's sequence of binary models (`bartz.mbart`,
-`bartz.mc_mbart`, R's predict): recovery of known probabilities, R's
+"""Multinomial BART: R's sequence of binary models (`bartz.mbart`,
+`bartz.mc_mbart`) and one binary model per category (`bartz.mbart2`,
+`bartz.mc_mbart2`), R's predict: recovery of known probabilities, R's
 layout, the categories, the checks, and R's demo ``alligator.R``."""
 
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import special
 
 import bartz
 from bartz.api.multinomial import MBARTPrediction
@@ -146,6 +148,38 @@ def test_lbart_steps(tiny):
     np.testing.assert_allclose(fit.prob_test.reshape(20, GRID.size, 3).sum(axis=-1), 1, rtol=1e-12)
 
 
+def test_mbart2_layout(tiny):
+    """mbart2: one binary fit per category on all rows, the probabilities
+    the normalised exponentials of the latent draws, at x_train and x_test;
+    R's predict.mbart2 recomputes them."""
+    x, y, _ = tiny
+    fit = bartz.mbart2(x, y, GRID[:, None], type='pbart', **TINY)
+    assert (fit.model, fit.K, len(fit.fits)) == ('mbart2', 3, 3)
+    assert [f.yhat_train_mean.size for f in fit.fits] == [y.size] * 3
+    latent = np.stack([f.yhat_test for f in fit.fits], axis=-1)
+    np.testing.assert_allclose(fit.yhat_test, latent.reshape(20, -1), rtol=1e-6)
+    np.testing.assert_allclose(fit.prob_test, special.softmax(latent, axis=-1).reshape(20, -1), rtol=1e-6)
+    assert fit.prob_train.shape == fit.yhat_train.shape == (20, y.size * 3)
+    np.testing.assert_allclose(fit.prob_train.reshape(20, y.size, 3).sum(axis=-1), 1, rtol=1e-12)
+    np.testing.assert_allclose(fit.prob_train_mean, fit.prob_train.mean(axis=0))
+    pred = bartz.predict(fit, GRID[:, None])
+    np.testing.assert_allclose(pred.prob_test, fit.prob_test, atol=1e-6)
+    assert fit.offset.shape == (3,)
+
+
+@pytest.mark.slow  # compiles the logistic sampler
+def test_mc_mbart2_defaults(tiny):
+    """R's defaults of mbart2: logistic steps (tau_num 6); mc_mbart2 runs 2
+    chains, ndpost in total."""
+    x, y, _ = tiny
+    fit = bartz.mc_mbart2(x, y, GRID[:, None], **TINY)
+    assert fit.chains == 2
+    assert fit.type == 'lbart'
+    assert all(f.type == 'lbart' and f.tau_num == pytest.approx(6) for f in fit.fits)
+    assert fit.prob_test.shape == (20, GRID.size * 3)
+    np.testing.assert_allclose(fit.prob_test.reshape(20, GRID.size, 3).sum(axis=-1), 1, rtol=1e-12)
+
+
 @pytest.mark.parametrize(
     ('kwargs', 'error', 'match'),
     [
@@ -155,10 +189,11 @@ def test_lbart_steps(tiny):
         ({'nkeeptrain': 5}, TypeError, 'unexpected keyword'),
     ],
 )
-def test_bad_arguments(kwargs, error, match):
+@pytest.mark.parametrize('function', [bartz.mbart, bartz.mbart2])
+def test_bad_arguments(function, kwargs, error, match):
     x, y = simulate(3, 30)
     with pytest.raises(error, match=match):
-        bartz.mbart(x, y, **kwargs, **TINY)
+        function(x, y, **kwargs, **TINY)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""R's multinomial BART as a sequence of binary models: `mbart`,
-`mc_mbart`, and R's ``predict.mbart``.
+"""R's multinomial BART: `mbart` and `mc_mbart` (a sequence of binary
+models), `mbart2` and `mc_mbart2` (one binary model per category), and R's
+``predict.mbart`` / ``predict.mbart2``.
 
 For an outcome with categories ``1, ..., K`` (R's ``sort(unique(y))``),
 R's ``BART::mbart`` fits ``K - 1`` binary BART models one after the other,
@@ -23,10 +24,16 @@ factorises over the steps and their priors are independent, so the ``K -
 1`` posteriors are independent and each step is an ordinary binary fit
 (`bartz.gbart`).
 
+R's ``mbart2`` fits instead one binary model per category, ``y == h``
+against the rest on all rows (logistic by default), and normalises the
+latent draws: ``P(y = h | x) = exp(f_h(x)) / sum_j exp(f_j(x))`` (with the
+offsets in the ``f_j``), R's multinomial logit; the training points get
+the same (``yhat_train``, ``prob_train``, ``prob_train_mean``).
+
 Layout, as R: ``prob_test`` is ``(ndpost, m * K)`` with the categories
 fastest (column ``i * K + h`` is point ``i``, category ``h``, counting from
-0); ``yhat_test`` is the latent ``f_h + offset_h`` in the same layout, NaN
-in the columns of category ``K`` (R: NA).
+0); ``yhat_test`` is the latent ``f_h + offset_h`` in the same layout
+(`mbart`: NaN in the columns of category ``K``, R's NA).
 
 Deviations from R, on purpose:
 
@@ -34,15 +41,15 @@ Deviations from R, on purpose:
   ``bartModelMatrix`` once, then ``xinfo`` to every step); the columns are
   encoded once (dummies of categorical columns, as R's model matrix) and
   the steps fit the encoded columns.
-- R's steps compare ``y`` with the step's number (``y == h``), which is
+- R's steps (both functions) compare ``y`` with the step's number (``y == h``), which is
   right only for the codes ``1, ..., K``; bartz compares with the ``h``-th
   category, so any codes, strings or a categorical ``y`` work (the
   categories sorted as R's factor levels).
 - Each step has its own random stream, ``seed`` folded with the step's
   number (R's steps continue one stream).
-- R's `predict` of an ``mbart`` fit recomputes the products from the trees;
-  bartz does the same, so ``predict(fit, x_test)`` gives the fit's own
-  ``prob_test`` up to float32 rounding.
+- R's `predict` recomputes the probabilities from the trees; bartz does
+  the same, so ``predict(fit, x_test)`` gives the fit's own ``prob_test``
+  up to float32 rounding.
 """
 
 import numbers
@@ -50,6 +57,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from bartz.api import rfamily
 from bartz.api.fit import BARTFit
@@ -60,21 +68,22 @@ from bartz.prep import checks
 from bartz.prep import cutpoints as prepcovars
 from bartz.prep import encoding as encoding_mod
 
-__all__ = ['MBARTFit', 'MBARTPrediction', 'mbart', 'mc_mbart']
+__all__ = ['MBARTFit', 'MBARTPrediction', 'mbart', 'mbart2', 'mc_mbart', 'mc_mbart2']
 
 
 class MBARTPrediction(NamedTuple):
-    """What R's ``predict.mbart`` returns (R's names, ``.`` as ``_``)."""
+    """What R's ``predict.mbart`` and ``predict.mbart2`` return (R's names, ``.`` as ``_``)."""
 
-    yhat_test: np.ndarray  # (ndpost, m * K) latent f_h + offset_h, categories fastest; NaN for category K
+    yhat_test: np.ndarray  # (ndpost, m * K) latent f_h + offset_h, categories fastest; mbart: NaN for category K
     prob_test: np.ndarray  # (ndpost, m * K) draws of P(y = h | x), categories fastest
     prob_test_mean: np.ndarray  # (m * K,) their mean
     K: int  # number of categories
-    offset: np.ndarray  # (K - 1,) the offsets of the binary steps
+    offset: np.ndarray  # (K - 1,) or (K,) the offsets of the binary steps
 
 
 class MBARTFit:
-    """The result of `mbart` and `mc_mbart`, with R's attribute names.
+    """The result of `mbart`, `mbart2` and their ``mc_`` versions, with R's
+    attribute names (``model`` says which: R's class).
 
     Attributes
     ----------
@@ -83,33 +92,40 @@ class MBARTFit:
     yhat_test, prob_test, prob_test_mean
         At ``x_test`` (None without it): ``(ndpost, m * K)`` draws,
         categories fastest (see `bartz.api.multinomial`), and the mean.
+    yhat_train, prob_train, prob_train_mean
+        `mbart2` only (None for `mbart`, as R): the same at ``x_train``.
     varcount, varprob
-        Lists of the ``K - 1`` steps' ``(ndpost, p)`` draws.
+        Lists of the steps' ``(ndpost, p)`` draws (``K - 1`` steps for
+        `mbart`, ``K`` for `mbart2`).
     varcount_mean, varprob_mean
-        ``(K - 1, p)``: their means, one row per step.
+        ``(steps, p)``: their means, one row per step.
     offset
-        ``(K - 1,)``: the offset of each step.
+        ``(steps,)``: the offset of each step.
     fits
-        The ``K - 1`` binary fits (`bartz.BARTFit`), step after step.
+        The binary fits (`bartz.BARTFit`), step after step.
     """
 
     __slots__ = {
+        'model': "R's class: 'mbart' (binary steps in sequence) or 'mbart2' (one binary fit per category)",
         'type': "link of the binary steps: 'pbart' (probit) or 'lbart' (logistic)",
         'K': 'number of categories',
         'cats': '(K,) the categories, sorted as R',
         'ndpost': 'number of kept draws (over all chains)',
         'ntree': 'number of trees of each step',
         'chains': 'number of chains of each step (mc_cores)',
-        'offset': '(K - 1,) offset of each binary step',
-        'yhat_test': '(ndpost, m * K) latent draws at x_test, categories fastest, NaN for category K; or None',
+        'offset': '(steps,) offset of each binary step',
+        'yhat_train': 'mbart2: (ndpost, n * K) latent draws at x_train, categories fastest; None for mbart',
+        'prob_train': 'mbart2: (ndpost, n * K) draws of P(y = h | x) at x_train; None for mbart',
+        'prob_train_mean': 'mbart2: (n * K,) their mean; None for mbart',
+        'yhat_test': '(ndpost, m * K) latent draws at x_test, categories fastest (mbart: NaN for category K); or None',
         'prob_test': '(ndpost, m * K) draws of P(y = h | x) at x_test, categories fastest; or None',
         'prob_test_mean': '(m * K,) posterior mean of P(y = h | x) at x_test; or None',
-        'varcount': 'list of the K - 1 steps\' (ndpost, p) split counts of each encoded column',
-        'varcount_mean': '(K - 1, p) mean split counts, one row per step',
-        'varprob': "list of the K - 1 steps' (ndpost, p) split probabilities",
-        'varprob_mean': '(K - 1, p) mean split probabilities, one row per step',
+        'varcount': "list of the steps' (ndpost, p) split counts of each encoded column",
+        'varcount_mean': '(steps, p) mean split counts, one row per step',
+        'varprob': "list of the steps' (ndpost, p) split probabilities",
+        'varprob_mean': '(steps, p) mean split probabilities, one row per step',
         'rm_const': 'indices of the encoded columns kept by rm_const',
-        'fits': 'the K - 1 binary fits (bartz.BARTFit), step after step',
+        'fits': 'the binary fits (bartz.BARTFit), step after step',
         '_encoding': 'bartz.encoding.Encoding of x_train: its columns to the encoded columns the steps fit',
     }
 
@@ -118,10 +134,10 @@ class MBARTFit:
             setattr(self, name, value)
 
     def __repr__(self):
-        return f'MBARTFit(type={self.type!r}, K={self.K}, ntree={self.ntree}, ndpost={self.ndpost})'
+        return f'MBARTFit(model={self.model!r}, type={self.type!r}, K={self.K}, ntree={self.ntree}, ndpost={self.ndpost})'
 
     def r_predict(self, newdata, *, max_memory=grove.DEFAULT_MAX_MEMORY) -> MBARTPrediction:
-        """R's ``predict.mbart``: the draws at the rows of ``newdata``.
+        """R's ``predict.mbart`` (``predict.mbart2``): the draws at the rows of ``newdata``.
 
         Parameters
         ----------
@@ -137,7 +153,7 @@ class MBARTFit:
         """
         x_new = _encoded(self._encoding, newdata, 'newdata')
         steps = [rfamily.predict(fit, x_new, max_memory=max_memory) for fit in self.fits]
-        return _prediction([s.yhat_test for s in steps], [s.prob_test for s in steps], self.offset)
+        return _prediction(self.model, [s.yhat_test for s in steps], [s.prob_test for s in steps], self.offset)
 
     def predict(self, x_new, *, max_memory=grove.DEFAULT_MAX_MEMORY) -> np.ndarray:
         """The ``(ndpost, m * K)`` draws of ``P(y = h | x)`` at the rows of
@@ -218,7 +234,67 @@ def mbart(
         rm_const=rm_const, k=k, power=power, base=base, tau_num=tau_num, ntree=ntree, ndpost=ndpost,
         nskip=nskip, keepevery=keepevery, printevery=printevery,
     )  # fmt: skip
-    return _fit(x_train, y_train, x_test, type, offset, (numcut, xinfo), seed, gbart_args, options)
+    return _fit('mbart', x_train, y_train, x_test, type, offset, (numcut, xinfo), seed, gbart_args, options)
+
+
+def mbart2(
+    x_train,
+    y_train,
+    x_test=None,
+    *,
+    type='lbart',  # noqa: A002
+    sparse=False,
+    theta=0,
+    omega=1,
+    a=0.5,
+    b=1,
+    augment=False,
+    rho=None,
+    xinfo=None,
+    usequants=False,
+    rm_const=True,
+    k=2.0,
+    power=2.0,
+    base=0.95,
+    tau_num=None,
+    offset=None,
+    ntree=50,
+    numcut=100,
+    ndpost=1000,
+    nskip=100,
+    keepevery=10,
+    printevery=100,
+    seed=99,
+    **options,
+) -> MBARTFit:
+    """Multinomial BART as R's ``BART::mbart2``: one binary fit per category
+    (``y == h`` against the rest, on all rows), the probabilities
+    ``exp(f_h) / sum_j exp(f_j)`` of the latent draws (see
+    `bartz.api.multinomial`).
+
+    R's arguments and defaults, as `mbart` but ``type='lbart'`` (logistic
+    steps, ``tau_num`` 6); ``offset`` is None or ``K`` numbers, one per
+    category. The result has R's ``yhat_train``, ``prob_train`` and
+    ``prob_train_mean`` too (``save_yhat_train=False`` leaves them None).
+
+    Returns
+    -------
+    MBARTFit
+    """
+    gbart_args = dict(
+        sparse=sparse, theta=theta, omega=omega, a=a, b=b, augment=augment, rho=rho, usequants=usequants,
+        rm_const=rm_const, k=k, power=power, base=base, tau_num=tau_num, ntree=ntree, ndpost=ndpost,
+        nskip=nskip, keepevery=keepevery, printevery=printevery,
+    )  # fmt: skip
+    return _fit('mbart2', x_train, y_train, x_test, type, offset, (numcut, xinfo), seed, gbart_args, options)
+
+
+def mc_mbart2(x_train, y_train, x_test=None, *, mc_cores=2, seed=99, **kwargs) -> MBARTFit:
+    """`mbart2` with ``mc_cores`` chains in each step, as R's
+    ``BART::mc.mbart2`` (see `mc_mbart`)."""
+    if 'mc_cores' in kwargs:
+        raise TypeError('mc_cores given twice')
+    return mbart2(x_train, y_train, x_test, seed=seed, **kwargs, _mc_cores=mc_cores)
 
 
 def mc_mbart(x_train, y_train, x_test=None, *, mc_cores=2, seed=99, **kwargs) -> MBARTFit:
@@ -234,17 +310,17 @@ def mc_mbart(x_train, y_train, x_test=None, *, mc_cores=2, seed=99, **kwargs) ->
     return mbart(x_train, y_train, x_test, seed=seed, **kwargs, _mc_cores=mc_cores)
 
 
-def _fit(x_train, y_train, x_test, type_, offset, cuts, seed, gbart_args, options) -> MBARTFit:
-    """Check, encode once, fit the steps, package (R's ``mbart``)."""
+def _fit(model, x_train, y_train, x_test, type_, offset, cuts, seed, gbart_args, options) -> MBARTFit:
+    """Check, encode once, fit the steps, package (R's ``mbart`` or ``mbart2``)."""
     if type_ not in ('pbart', 'lbart'):
-        msg = f"type must be 'pbart' or 'lbart' (R's mbart has no continuous steps), got {type_!r}"
+        msg = f"type must be 'pbart' or 'lbart' (R's {model} has no continuous steps), got {type_!r}"
         raise ValueError(msg)
     mc_cores = options.pop('_mc_cores', 1)
     unknown = sorted(set(options) - rfamily.BARTZ_OPTIONS)
     if unknown:
-        msg = f"mbart() got unexpected keyword argument(s) {unknown}: R's mbart does not have them"
+        msg = f"{model}() got unexpected keyword argument(s) {unknown}: R's {model} does not have them"
         raise TypeError(msg)
-    options.setdefault('save_yhat_train', False)
+    options.setdefault('save_yhat_train', model == 'mbart2')  # R's mbart keeps no training draws
     codes, cats = _categories(y_train)
     offsets = _check_offset(offset, cats.size)
     key = checks.make_key(seed)
@@ -253,14 +329,14 @@ def _fit(x_train, y_train, x_test, type_, offset, cuts, seed, gbart_args, option
     xinfo = _whole_data_xinfo(x, *cuts, gbart_args['usequants'])
     x_test = None if x_test is None else _encoded(enc, x_test, 'x_test')
     fits = []
-    for h in range(cats.size - 1):
-        at_risk = codes >= h
+    for h in range(cats.size - 1 if model == 'mbart' else cats.size):
+        at_risk = codes >= h if model == 'mbart' else np.ones(codes.size, bool)
         fits.append(gbart(
             _as_columns(enc, x[at_risk]), (codes[at_risk] == h).astype(np.int32), x_test, type=type_,
             offset=offsets[h], xinfo=xinfo, numcut=cuts[0], seed=rng.fold_in_on_host(key, h),
             mc_cores=mc_cores, **gbart_args, **options,
         ))  # fmt: skip
-    return _package(fits, type_, cats, enc)
+    return _package(model, fits, type_, cats, enc)
 
 
 def _categories(y_train) -> tuple[np.ndarray, np.ndarray]:
@@ -325,27 +401,41 @@ def _as_columns(enc, x):
     return x if enc.encoded_names is None else pd.DataFrame(x, columns=enc.encoded_names)
 
 
-def _prediction(latent: list, probs: list, offset) -> MBARTPrediction:
-    """R's layout of the steps' draws: the products of the conditional
-    probabilities, categories fastest."""
-    cond = np.stack([np.asarray(p, np.float64) for p in probs], axis=-1)  # (ndpost, m, K - 1)
-    ndpost, m, steps = cond.shape
+def _prediction(model, latent: list, probs: list, offset) -> MBARTPrediction:
+    """R's layout of the steps' draws, categories fastest: `mbart`'s
+    products of the conditional probabilities, or `mbart2`'s normalised
+    exponentials of the latent draws."""
+    yhat = np.stack([np.asarray(y, np.float64) for y in latent], axis=-1)  # (ndpost, m, steps)
+    if model == 'mbart':
+        prob = _sequential_probabilities(np.stack([np.asarray(p, np.float64) for p in probs], axis=-1))
+        yhat = np.concatenate([yhat, np.full((*yhat.shape[:-1], 1), np.nan)], axis=-1)
+    else:
+        prob = special.softmax(yhat, axis=-1)  # exp(f_h) / sum_j exp(f_j)
+    ndpost, m, num_categories = prob.shape
+    prob = prob.reshape(ndpost, m * num_categories)
+    return MBARTPrediction(yhat.reshape(prob.shape), prob, prob.mean(axis=0), num_categories, np.asarray(offset))
+
+
+def _sequential_probabilities(cond):
+    """``P(y = h) = p_h prod_{j < h} (1 - p_j)`` and ``P(y = K) = prod_{j < K}
+    (1 - p_j)`` from the ``(..., K - 1)`` conditional ``p_h = P(y = h | y >= h)``."""
     still = np.cumprod(1 - cond, axis=-1)  # P(y > h | x)
-    prob = np.concatenate([cond[..., :1], still[..., :-1] * cond[..., 1:], still[..., -1:]], axis=-1)
-    yhat = np.concatenate([np.stack([np.asarray(y, np.float64) for y in latent], axis=-1),
-                           np.full((ndpost, m, 1), np.nan)], axis=-1)  # fmt: skip
-    prob = prob.reshape(ndpost, m * (steps + 1))
-    return MBARTPrediction(yhat.reshape(prob.shape), prob, prob.mean(axis=0), steps + 1, np.asarray(offset))
+    return np.concatenate([cond[..., :1], still[..., :-1] * cond[..., 1:], still[..., -1:]], axis=-1)
 
 
-def _package(fits: list[BARTFit], type_, cats, enc) -> MBARTFit:
+def _package(model, fits: list[BARTFit], type_, cats, enc) -> MBARTFit:
     offset = np.array([f.offset for f in fits], np.float64)
-    test = None
+    test = train = None
     if fits[0].prob_test is not None:
-        test = _prediction([f.yhat_test for f in fits], [f.prob_test for f in fits], offset)
+        test = _prediction(model, [f.yhat_test for f in fits], [f.prob_test for f in fits], offset)
+    if model == 'mbart2' and fits[0].yhat_train is not None:
+        train = _prediction(model, [f.yhat_train for f in fits], [f.prob_train for f in fits], offset)
     return MBARTFit(
-        type=type_, K=cats.size, cats=cats, ndpost=fits[0].ndpost, ntree=fits[0].ntree, chains=fits[0].chains,
-        offset=offset, yhat_test=None if test is None else test.yhat_test,
+        model=model, type=type_, K=cats.size, cats=cats, ndpost=fits[0].ndpost, ntree=fits[0].ntree,
+        chains=fits[0].chains, offset=offset, yhat_train=None if train is None else train.yhat_test,
+        prob_train=None if train is None else train.prob_test,
+        prob_train_mean=None if train is None else train.prob_test_mean,
+        yhat_test=None if test is None else test.yhat_test,
         prob_test=None if test is None else test.prob_test,
         prob_test_mean=None if test is None else test.prob_test_mean,
         varcount=[f.varcount for f in fits], varprob=[f.varprob for f in fits],
