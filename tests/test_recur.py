@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.special import ndtr
+from scipy.special import expit, ndtr
 
 import bartz
 from bartz import recur_pre_bart
@@ -160,6 +160,15 @@ def test_options_nogrid_keeptrainfits_and_means_only():
     assert post.haz_test is None and post.cum_test_mean is None and post.prob_test.shape == (40, 20)
     means = bartz.recur_bart(times=TIMES, delta=DELTA, keep_test_draws=False, seed=1, **SMALL)
     assert means.cum_test is None and means.cum_test_mean.shape == (20,)
+
+
+def test_lbart():
+    """R's logistic variant: p is the logistic function of the latent draws."""
+    post = bartz.recur_bart(times=TIMES, delta=DELTA, type='lbart', seed=1, **SMALL)
+    assert post.type == 'lbart'
+    np.testing.assert_allclose(post.prob_test, expit(post.yhat_test), rtol=1e-5)
+    np.testing.assert_allclose(post.haz_train, post.prob_train / np.diff(post.times, prepend=0.0)[
+        np.searchsorted(post.times, post.tx_train[:, 0])], rtol=1e-5)
 
 
 def test_mc_recur_bart():

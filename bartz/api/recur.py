@@ -213,9 +213,10 @@ def _blank_after_follow_up(v, n_before, times, delta, stop, grid):
 def _in_event_interval(times, tstop, grid) -> np.ndarray:
     """``(N, K)`` True where ``times[i, h] < t_j <= tstop[i, h]`` for some event ``h``."""
     gap = ~np.isnan(times) & ~np.isnan(tstop) & (tstop != 0)
-    t = grid[None, None, :]
-    inside = (times[:, :, None] < t) & (t <= tstop[:, :, None]) & gap[:, :, None]
-    return inside.any(axis=1)
+    inside = np.zeros((times.shape[0], grid.size), bool)
+    for h in range(times.shape[1]):  # one event slot at a time: (N, K) temporaries, not (N, J, K)
+        inside |= gap[:, h, None] & (times[:, h, None] < grid) & (grid <= tstop[:, h, None])
+    return inside
 
 
 def _columns(t, v, n_before, x, rows):
