@@ -226,7 +226,8 @@ def r_priors(
             else:
                 lambda_std = lambda_ / scale / scale
             y_core = ((y - offset) / scale).astype(np.float32)
-        if lambda_ == 0:  # R's "sigma fixed and known at sigest": nothing to draw
+        # R's "sigma fixed and known at sigest": only the user's 0, not a default that underflowed
+        if given['lambda_'] and lambda_ == 0:
             sigma2_alpha = sigma2_beta = None
         else:
             sigma2_alpha = sigdf / 2
