@@ -11,6 +11,7 @@ import pytest
 from scipy import special, stats
 
 import bartz
+from familyfiles import assert_round_trip
 from bartz.sampler.conditionals import draw_censored
 
 QUIET = {'printevery': None}
@@ -179,3 +180,8 @@ def test_checks(kwargs, match):
     args.update(kwargs)
     with pytest.raises((ValueError, TypeError), match=match):
         bartz.abart(x, **args, **QUIET)
+
+
+def test_save_load_aft(recovery, tmp_path):
+    fit = recovery[4]
+    assert_round_trip(fit, tmp_path, np.zeros((2, 3)))

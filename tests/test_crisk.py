@@ -10,6 +10,7 @@ import pytest
 import scipy.stats
 
 import bartz
+from familyfiles import assert_round_trip
 
 # ---------------------------------------------------------------- R's layout, worked by hand
 
@@ -264,3 +265,10 @@ def test_liver_demo():
         draws = getattr(post, name)[:, kept].astype(np.float64)
         z = (draws.mean(axis=0) - truth[kept]) / (draws.std(axis=0, ddof=1) + 0.01)
         assert np.all(np.abs(z) < 4), (name, np.abs(z).max())
+
+
+@pytest.mark.parametrize('which', [3, 4])
+def test_save_load_crisk(small, which, tmp_path):
+    """Both fits and the layout of either cause come back (crisk and crisk2)."""
+    post = small[which]
+    assert_round_trip(post, tmp_path, post.tx_test)

@@ -11,6 +11,7 @@ import pytest
 from scipy import special
 
 import bartz
+from familyfiles import assert_round_trip
 from bartz.api.multinomial import MBARTPrediction
 
 N, NDPOST = 400, 300
@@ -264,3 +265,37 @@ def test_alligator_within_monte_carlo_error(alligator_fit):
     z = (fit.prob_test_mean - r_mean) / (np.sqrt(2) * se)
     assert np.abs(z).max() < 4.5, np.abs(z).max()
     assert np.sqrt(np.mean(z**2)) < 1.5
+
+
+def test_save_load_mbart(tiny, tmp_path):
+    """Every step's fit, the categories and the encoding come back."""
+    _, _, fit = tiny
+    assert_round_trip(fit, tmp_path, GRID[:, None])
+
+
+def test_family_file_checked_on_load(tiny, tmp_path):
+    """A family file whose inner fit is damaged, or that lacks an entry, is
+    refused naming the file; an attribute the format cannot store is refused
+    before anything is written, and the earlier file stays."""
+    _, _, fit = tiny
+    path = tmp_path / 'mbart.npz'
+    fit.save(path)
+    with np.load(path) as archive:
+        entries = dict(archive)
+    damaged = dict(entries)
+    leaves = damaged['fits.0/trace.leaf_tree'].copy()
+    leaves.flat[0] = np.nan
+    damaged['fits.0/trace.leaf_tree'] = leaves
+    np.savez(tmp_path / 'damaged.npz', **damaged)
+    with pytest.raises(ValueError, match=r"bartz.load\(.*damaged.npz'\): an inner fit: .*leaf"):
+        bartz.load(tmp_path / 'damaged.npz')
+    del entries['prob_test']
+    np.savez(tmp_path / 'short.npz', **entries)
+    with pytest.raises(ValueError, match=r"short.npz'\): the file is truncated or corrupt: it lacks the arrays \['prob_test'\]"):
+        bartz.load(tmp_path / 'short.npz')
+    before = path.read_bytes()
+    odd = bartz.api.multinomial.MBARTFit(**{name: getattr(fit, name) for name in fit.__slots__})
+    odd.cats = {'not': 'storable'}
+    with pytest.raises(TypeError, match='MBARTFit.cats is a dict'):
+        odd.save(path)
+    assert path.read_bytes() == before

@@ -8,6 +8,7 @@ import pytest
 from scipy.special import expit, ndtr
 
 import bartz
+from familyfiles import assert_round_trip
 from bartz import recur_pre_bart
 
 NAN = np.nan
@@ -271,3 +272,7 @@ def test_bladder_demo():
     assert relative.mean() < 1
     cum_at_end = post.cum_test_mean.reshape(2, N, K)[:, :, -1].mean(axis=1)
     assert cum_at_end[1] < cum_at_end[0]
+
+
+def test_save_load_recurbart(small, tmp_path):
+    assert_round_trip(small, tmp_path, small.tx_test)

@@ -8,6 +8,7 @@ import pytest
 from scipy.special import expit
 
 import bartz
+from familyfiles import assert_round_trip
 from bartz import surv_pre_bart
 
 # ---------------------------------------------------------------- R's layout, worked by hand
@@ -289,3 +290,10 @@ def test_lung_demo():
     lo, hi = np.quantile(pd_draws, [0.025, 0.975], axis=0)
     width = ref['hi'].to_numpy() - ref['lo'].to_numpy()
     np.testing.assert_allclose(hi - lo, width, rtol=0.25)
+
+
+def test_save_load_survbart(small, tmp_path):
+    """post.save keeps the whole survbart list (not only its binary fit)."""
+    _, _, _, _, post = small
+    loaded = assert_round_trip(post, tmp_path, post.tx_test)
+    np.testing.assert_array_equal(loaded.surv_test_mean, post.surv_test_mean)

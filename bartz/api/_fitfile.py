@@ -17,7 +17,7 @@ import pandas as pd
 
 from bartz._version import __version__
 
-__all__ = ['FORMAT_NAME', 'FORMAT_VERSION', 'SPECIAL', 'check_path', 'file_kind', 'write']
+__all__ = ['FORMAT_NAME', 'FORMAT_VERSION', 'SPECIAL', 'check_path', 'entries', 'file_kind', 'write', 'write_archive']
 
 FORMAT_NAME = 'bartz.BARTFit'
 FORMAT_VERSION = 1
@@ -38,6 +38,18 @@ def write(fit, path) -> None:
         File name (str or path-like).
     """
     path = check_path(path)
+    header, arrays = entries(fit)
+    write_archive(path, header, arrays)
+
+
+def write_archive(path: str, header: dict, arrays: dict) -> None:
+    """Write ``header`` (as JSON bytes) and ``arrays`` to one ``.npz`` file, atomically."""
+    blob = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    _write_atomically(path, lambda f: np.savez(f, header=blob, **arrays))
+
+
+def entries(fit) -> tuple[dict, dict]:
+    """The header and the arrays that store `fit` (see `bartz.io`)."""
     arrays = {
         'trace.var_tree': np.asarray(fit._trace.var_tree),
         'trace.split_tree': np.asarray(fit._trace.split_tree),
@@ -78,8 +90,7 @@ def write(fit, path) -> None:
         'missing': list(fit.run_info.missing) if fit.run_info is not None else [],
         'encoding': fit._encoding.to_dict(),
     }
-    blob = np.frombuffer(json.dumps(header).encode(), np.uint8)
-    _write_atomically(path, lambda f: np.savez(f, header=blob, **arrays))
+    return header, arrays
 
 
 def check_path(path):

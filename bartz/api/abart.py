@@ -43,6 +43,7 @@ Deviations from R (BART 2.9.9):
 import numpy as np
 from scipy import special
 
+from bartz.api import familyio
 from bartz.api.fit import BARTFit
 from bartz.api.gbart import gbart
 from bartz.forest import grove
@@ -51,7 +52,7 @@ from bartz.prep import checks
 __all__ = ['AFTFit', 'abart', 'mc_abart']
 
 
-class AFTFit:
+class AFTFit(familyio.Saveable):
     """The result of `abart` and `mc_abart`, R's ``abart`` list.
 
     The attributes R's ``abart`` adds to a continuous fit are declared in
@@ -87,6 +88,12 @@ class AFTFit:
 
     def __repr__(self):
         return f'AFTFit(K={self.K}, fit={self.fit!r})'
+
+    def r_predict(self, newdata, *, max_memory=grove.DEFAULT_MAX_MEMORY) -> np.ndarray:
+        """R's ``predict(object, newdata)`` of an ``abart`` fit (R's
+        ``predict.wbart``): the ``(ndpost, m)`` draws of the mean log time
+        ``f(x)`` at ``newdata``, offset included."""
+        return self.fit.predict(newdata, max_memory=max_memory)
 
 
 def abart(

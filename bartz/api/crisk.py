@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from bartz.api import rfamily, survival
+from bartz.api import familyio, rfamily, survival
 from bartz.api.fit import BARTFit
 from bartz.api.gbart import gbart
 from bartz.api.crisk_prep import CriskPre, Layout, crisk2_layout, crisk_layout, crisk_pre_bart, take_rows
@@ -104,7 +104,7 @@ _SLOTS = {
 }  # fmt: skip
 
 
-class CriskBARTFit:
+class CriskBARTFit(familyio.Saveable):
     """The result of `crisk_bart` and `mc_crisk_bart`, R's ``criskbart`` list.
 
     The attributes R's ``crisk.bart`` adds are declared in ``__slots__``;

@@ -88,7 +88,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from bartz.api import _fitcheck, _fitfile
+from bartz.api import _fitcheck, _fitfile, familyio
 from bartz.api._fitfile import FORMAT_NAME, FORMAT_VERSION
 from bartz.api.fit import BARTFit
 from bartz.forest import grove
@@ -98,9 +98,14 @@ from bartz.prep import encoding
 __all__ = ['FORMAT_NAME', 'FORMAT_VERSION', 'load', 'save']
 
 
-def save(fit: BARTFit, path) -> None:
+def save(fit, path) -> None:
     """Save a fit to the file ``path`` (written as given; ``.npz`` is the
     conventional suffix), in the format described in `bartz.io`.
+
+    ``fit`` is a `BARTFit` or the result of one of R's other model families
+    (`bartz.SurvBARTFit`, `bartz.CriskBARTFit`, `bartz.Crisk2BARTFit`,
+    `bartz.RecurBARTFit`, `bartz.MBARTFit`, `bartz.AFTFit`), stored whole:
+    its own attributes and its binary fits (see `bartz.api.familyio`).
 
     The save is atomic: the file is written to a temporary file next to
     ``path`` and renamed onto it only when complete, so a failed save (a
@@ -117,7 +122,7 @@ def save(fit: BARTFit, path) -> None:
     Raises
     ------
     TypeError
-        If ``fit`` is not a `BARTFit`, ``path`` is not a file name, or an
+        If ``fit`` is not a fit, ``path`` is not a file name, or an
         attribute of the fit cannot be stored.
     IsADirectoryError
         If ``path`` is a directory.
@@ -126,14 +131,20 @@ def save(fit: BARTFit, path) -> None:
     OSError
         If the file cannot be written (the earlier file, if any, is kept).
     """
+    if familyio.is_family(fit):
+        path = _fitfile.check_path(path)
+        header, arrays = familyio.entries(fit)  # a TypeError here leaves any file untouched
+        _fitfile.write_archive(path, header, arrays)
+        return
     if not isinstance(fit, BARTFit):
-        msg = f'fit must be a BARTFit, got {type(fit).__name__}'
+        msg = f'fit must be a BARTFit or the result of a bartz model function, got {type(fit).__name__}'
         raise TypeError(msg)
     _fitfile.write(fit, path)
 
 
-def load(path) -> BARTFit:
-    """Load a fit saved with `bartz.BARTFit.save`.
+def load(path):
+    """Load a fit saved with `bartz.BARTFit.save` (or the ``save`` of a
+    family result, e.g. `bartz.SurvBARTFit.save`).
 
     Only a regular file is opened, nothing is unpickled, and the contents
     are checked against the header before the fit is built (see
@@ -146,9 +157,10 @@ def load(path) -> BARTFit:
 
     Returns
     -------
-    BARTFit
-        The fit, which predicts exactly as the saved one. ``run_info`` is
-        None, and prediction runs on the default device.
+    BARTFit or a family result
+        The fit, of the class that was saved, which predicts exactly as the
+        saved one. ``run_info`` is None, and prediction runs on the default
+        device.
 
     Raises
     ------
@@ -170,7 +182,10 @@ def load(path) -> BARTFit:
             if not hasattr(archive, 'files') or 'header' not in archive.files:
                 msg = f'{where}: not a bartz fit file (no header)'
                 raise _NotOurs(msg)
-            header = _read_header(archive['header'], where)
+            header = _read_json(archive['header'], where)
+            if isinstance(header, dict) and header.get('format') == familyio.FORMAT_NAME:
+                return _load_family(header, archive, where)
+            header = _check_header(header, where)
             missing = [a for a in header['arrays'] if a not in archive.files]
             if missing:
                 msg = f'{where}: the file is truncated or corrupt: it lacks the arrays {missing}'
@@ -233,15 +248,46 @@ def _not_regular(where: str, mode: int) -> str:
     return f'{where}: the path is {_fitfile.file_kind(mode)}, not a regular file; a fit is read only from a regular file'
 
 
-def _read_header(blob, where) -> dict:
+def _load_family(header: dict, archive, where: str):
+    """A family result (see `bartz.api.familyio`), its inner fits checked as fit files."""
+    listed = header.get('arrays')
+    if not isinstance(listed, list) or not all(isinstance(a, str) for a in listed):
+        raise _NotOurs(f'{where}: the file is truncated or corrupt: its header lacks the list of arrays')
+    missing = [a for a in listed if a not in archive.files]
+    if missing:
+        raise _NotOurs(f'{where}: the file is truncated or corrupt: it lacks the arrays {missing}')
+    arrays = {a: archive[a] for a in listed}
+
+    def read_fit(blob, entries):
+        fit_header = _check_header(_read_json(blob, where), where)
+        lacking = [a for a in fit_header['arrays'] if a not in entries]
+        if lacking:
+            raise familyio.Invalid(f'the file is truncated or corrupt: an inner fit lacks the arrays {lacking}')
+        fit_arrays = {a: entries[a] for a in fit_header['arrays']}
+        try:
+            enc = _fitcheck.check_contents(fit_header, fit_arrays, BARTFit.__slots__)
+        except _fitcheck.Invalid as e:
+            raise familyio.Invalid(f'an inner fit: {e}') from None
+        return _build(fit_header, fit_arrays, enc)
+
+    try:
+        return familyio.build(header, arrays, read_fit)
+    except familyio.Invalid as e:
+        raise _NotOurs(f'{where}: {e}') from None
+
+
+def _read_json(blob, where):
     if blob.dtype != np.uint8 or blob.ndim != 1:
         msg = f'{where}: not a bartz fit file (bad header)'
         raise _NotOurs(msg)
     try:
-        header = json.loads(blob.tobytes().decode())
+        return json.loads(blob.tobytes().decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         msg = f'{where}: not a bartz fit file (header is not JSON: {e})'
         raise _NotOurs(msg) from None
+
+
+def _check_header(header, where) -> dict:
     if not isinstance(header, dict) or header.get('format') != FORMAT_NAME:
         msg = f'{where}: not a bartz fit file (format {header.get("format") if isinstance(header, dict) else None!r})'
         raise _NotOurs(msg)

@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from bartz.api import rfamily
+from bartz.api import familyio, rfamily
 from bartz.api.fit import BARTFit
 from bartz.api.gbart import gbart
 from bartz.forest import grove
@@ -81,7 +81,7 @@ class MBARTPrediction(NamedTuple):
     offset: np.ndarray  # (K - 1,) or (K,) the offsets of the binary steps
 
 
-class MBARTFit:
+class MBARTFit(familyio.Saveable):
     """The result of `mbart`, `mbart2` and their ``mc_`` versions, with R's
     attribute names (``model`` says which: R's class).
 

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from bartz.api import rfamily, survival
+from bartz.api import familyio, rfamily, survival
 from bartz.api.gbart import gbart
 from bartz.api.survival_prep import _check_covariates
 from bartz.forest import grove
@@ -255,7 +255,7 @@ class RecurPrediction(NamedTuple):
     binary_offset: float  # R's binaryOffset: the fit's offset
 
 
-class RecurBARTFit:
+class RecurBARTFit(familyio.Saveable):
     """The result of `recur_bart` and `mc_recur_bart`, R's ``recurbart`` list.
 
     The attributes R's ``recur.bart`` adds are declared in ``__slots__``; the

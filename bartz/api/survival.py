@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from bartz.api import rfamily
+from bartz.api import familyio, rfamily
 from bartz.api.fit import BARTFit
 from bartz.api.gbart import gbart
 from bartz.api.survival_prep import SurvPre, surv_pre_bart
@@ -63,7 +63,7 @@ class SurvPrediction(NamedTuple):
     binary_offset: float  # R's binaryOffset: the fit's offset
 
 
-class SurvBARTFit:
+class SurvBARTFit(familyio.Saveable):
     """The result of `surv_bart` and `mc_surv_bart`, R's ``survbart`` list.
 
     The attributes R's ``surv.bart`` adds are declared in ``__slots__``; the
