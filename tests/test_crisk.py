@@ -272,3 +272,14 @@ def test_save_load_crisk(small, which, tmp_path):
     """Both fits and the layout of either cause come back (crisk and crisk2)."""
     post = small[which]
     assert_round_trip(post, tmp_path, post.tx_test)
+
+
+def test_bartz_predict_takes_newdata2(small):
+    """R's predict(post, newdata, newdata2): by keyword, or positionally as R."""
+    post = small[3]
+    by_keyword = bartz.predict(post, post.tx_test, newdata2=post.tx_test2)
+    positional = bartz.predict(post, post.tx_test, post.tx_test2)
+    np.testing.assert_array_equal(by_keyword.cif_test2, post.r_predict(post.tx_test, post.tx_test2).cif_test2)
+    np.testing.assert_array_equal(positional.cif_test, by_keyword.cif_test)
+    with pytest.raises(TypeError, match='newdata2 is for competing risks fits'):
+        bartz.predict(post.fit, post.tx_test, newdata2=post.tx_test2)

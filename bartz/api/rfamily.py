@@ -33,6 +33,7 @@ import jax
 import numpy as np
 from scipy import special
 
+from bartz.api import familyio
 from bartz.api import predict as predict_mod
 from bartz.api.fit import BARTFit
 from bartz.api.gbart import gbart
@@ -383,9 +384,10 @@ class BinaryPrediction(NamedTuple):
     binary_offset: float  # R's binaryOffset: the fit's offset
 
 
-def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
+def predict(fit, newdata, mc_cores=1, *, newdata2=None, max_memory=grove.DEFAULT_MAX_MEMORY):
     """R's ``predict(object, newdata, mc.cores=1)`` for a fit of `gbart`,
-    `wbart`, `pbart`, `lbart` or their ``mc_`` versions.
+    `wbart`, `pbart`, `lbart` or their ``mc_`` versions, and of R's other
+    model families.
 
     Parameters
     ----------
@@ -401,7 +403,11 @@ def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
     mc_cores
         Accepted for R's scripts and checked (a positive integer); bartz's
         prediction already runs on every core of the device (XLA's
-        threads), so it changes nothing.
+        threads), so it changes nothing. For a competing risks fit, an
+        array here is R's positional ``newdata2``.
+    newdata2
+        Competing risks fits only (R's ``predict.criskbart``): the rows of
+        the second model, if they differ from ``newdata``'s.
     max_memory
         As `bartz.BARTFit.predict`.
 
@@ -415,8 +421,16 @@ def predict(fit, newdata, mc_cores=1, *, max_memory=grove.DEFAULT_MAX_MEMORY):
     if isinstance(fit, TreeDrawsFit):
         checks._check_int('mc_cores', mc_cores, 1)
         return _predict_treedraws(fit, newdata, max_memory)
+    two_models = 'fit2' in familyio.slots(type(fit))  # crisk_bart, crisk2_bart
+    if two_models and newdata2 is None and not isinstance(mc_cores, int | np.integer):
+        newdata2, mc_cores = mc_cores, 1  # R's predict(post, newdata, newdata2)
+    if newdata2 is not None and not two_models:
+        msg = f'newdata2 is for competing risks fits (crisk_bart, crisk2_bart), not a {type(fit).__name__}'
+        raise TypeError(msg)
     if hasattr(type(fit), 'r_predict'):  # R's other model families (survival, multinomial, ...)
         checks._check_int('mc_cores', mc_cores, 1)
+        if two_models:
+            return fit.r_predict(newdata, newdata2, max_memory=max_memory)
         return fit.r_predict(newdata, max_memory=max_memory)
     if not isinstance(fit, BARTFit):
         msg = (
