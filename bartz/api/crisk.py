@@ -183,8 +183,8 @@ class CriskBARTFit(familyio.Saveable):
         """
         max_memory = checks._check_int('max_memory', max_memory, 1)
         newdata, newdata2 = _check_test_pair(newdata, newdata if newdata2 is None else newdata2, 'newdata')
-        grid = survival._check_grid('newdata', newdata)
-        survival._check_grid('newdata2', newdata2, grid)
+        grid = survival.check_grid('newdata', newdata)
+        survival.check_grid('newdata2', newdata2, grid)
         out = _test_draws(self, newdata, newdata2, grid, max_memory)
         return CriskPrediction(
             float(self.fit.offset), float(self.fit2.offset), newdata, newdata2, grid, int(grid.size),
@@ -485,8 +485,8 @@ def _package(cls, fits: list[BARTFit], layout: Layout, id_, max_memory):
     )  # fmt: skip
     if layout.tx_test is not None:
         tx, tx2 = _check_test_pair(layout.tx_test, layout.tx_test2, 'x_test')
-        survival._check_grid('x_test', tx, layout.times)
-        survival._check_grid('x_test2', tx2, layout.times)
+        survival.check_grid('x_test', tx, layout.times)
+        survival.check_grid('x_test2', tx2, layout.times)
         post.tx_test, post.tx_test2 = tx, tx2
         for name, value in _test_draws(post, tx, tx2, layout.times, max_memory).items():
             setattr(post, name, value)

@@ -184,7 +184,7 @@ def _given_rows(x_train, y_train, x_train2, y_train2, x_test, x_test2):
     x_test2 = x_test if x_test2 is None else x_test2
     y = _binary('y_train', y_train, checks.num_rows(x_train))
     y2 = _binary('y_train2', y_train2, checks.num_rows(x_train2))
-    grid = np.unique(survival._first_column(x_train))
+    grid = np.unique(survival.first_column(x_train))
     _check_same_rows('x_test', x_test, 'x_test2', x_test2)
     return x_train, y, x_train2, y2, x_test, x_test2, grid
 

@@ -34,7 +34,7 @@ import pandas as pd
 
 from bartz.api import familyio, rfamily, survival
 from bartz.api.gbart import gbart
-from bartz.api.survival_prep import _check_covariates
+from bartz.api.survival_prep import check_covariates
 from bartz.forest import grove
 from bartz.prep import checks
 
@@ -119,7 +119,7 @@ def recur_pre_bart(times, delta, x_train=None, tstop=None, last_value=True):
     admissions of patients with diabetes, Biostatistics 21(1).
     """
     times, delta, tstop = _check_recur(times, delta, tstop)
-    x_train = _check_covariates('x_train', x_train, times.shape[0])
+    x_train = check_covariates('x_train', x_train, times.shape[0])
     checks._check_bool('last_value', last_value)
     stop = np.nanmax(times, axis=1)
     grid = np.unique(np.concatenate([times[~np.isnan(times)], tstop[~np.isnan(tstop)]]))
@@ -331,7 +331,7 @@ class RecurBARTFit(familyio.Saveable):
         if checks.num_rows(newdata) == 0 or np.ndim(newdata) != 2:
             msg = f'newdata must be 2-D rows in tx_test layout (t, v, N, covariates), got shape {np.shape(newdata)}'
             raise ValueError(msg)
-        grid = np.unique(survival._first_column(newdata))
+        grid = np.unique(survival.first_column(newdata))
         out = _hazards(self.fit, newdata, grid, max_memory, keep_draws=kind == 'draws', with_grid=True)
         return RecurPrediction(
             out['yhat_test'], newdata, grid, int(grid.size), out['prob_test'], out['prob_test_mean'],
@@ -433,7 +433,7 @@ def recur_bart(
     mc_cores = options.pop('_mc_cores', 1)
     if rho is None and x_train is not None and checks.num_rows(x_train):
         rho = int(np.shape(x_train)[1]) if np.ndim(x_train) == 2 else 1
-    survival._check_options(options, type)
+    survival.check_options(options, type)
     checks._check_int('nice', nice, 0)
     for name, value in (('x_test_nogrid', x_test_nogrid), ('keeptrainfits', keeptrainfits),
                         ('keep_test_draws', keep_test_draws)):
@@ -489,7 +489,7 @@ def _expand(x_train, y_train, times, delta, x_test) -> RecurPre:
     if not np.isin(y, (0, 1)).all():
         msg = 'y_train must be 0/1 event indicators; make sure you specify times=times & delta=delta'
         raise ValueError(msg)
-    grid = np.unique(survival._first_column(x_train))
+    grid = np.unique(survival.first_column(x_train))
     tx_test = x_test if x_test is not None and checks.num_rows(x_test) else None
     return RecurPre(y.astype(np.int64), x_train, tx_test, grid, int(grid.size))
 
@@ -499,7 +499,7 @@ def _package(fit, pre: RecurPre, keep_train, with_grid, keep_draws, max_memory) 
     train = {}
     if keep_train and getattr(fit, 'prob_train', None) is not None:
         prob = np.asarray(fit.prob_train, np.float64)
-        t = survival._first_column(pre.tx_train)
+        t = survival.first_column(pre.tx_train)
         haz, cum = _hazard_and_cumulative(prob, t, pre.times, np.zeros(prob.shape[0]), 'tx_train')
         train = dict(haz_train=haz.astype(np.float32), haz_train_mean=haz.mean(axis=0),
                      cum_train=cum.astype(np.float32), cum_train_mean=cum.mean(axis=0))
@@ -515,7 +515,7 @@ def _hazards(fit, tx, grid, max_memory, *, keep_draws, with_grid) -> dict:
     at the rows `tx`, a block of rows at a time (the running sum carried across)."""
     rows, ndpost = checks.num_rows(tx), fit.ndpost
     names = ('yhat_test', 'prob_test') + (('haz_test', 'cum_test') if with_grid else ())
-    t = survival._first_column(tx)
+    t = survival.first_column(tx)
     _grid_index(t, grid, 'x_test' if with_grid else None)
     block = max(1, max_memory // (_BYTES_PER_CELL * ndpost))
     out = {name: np.empty((ndpost, rows), np.float32) if keep_draws else None for name in names}

@@ -133,7 +133,7 @@ class SurvBARTFit(familyio.Saveable):
             msg = f"kind must be 'draws' or 'mean', got {kind!r}"
             raise ValueError(msg)
         newdata = newdata if isinstance(newdata, pd.DataFrame) else np.asarray(newdata)
-        grid = _check_grid('newdata', newdata)
+        grid = check_grid('newdata', newdata)
         out = _survival(self.fit, newdata, grid, max_memory, keep_draws=kind == 'draws')
         return SurvPrediction(
             out['yhat_test'], newdata, grid, int(grid.size), out['prob_test'], out['surv_test'],
@@ -242,7 +242,7 @@ def surv_bart(
     mc_cores = options.pop('_mc_cores', 1)
     if rho is None and x_train is not None and checks.num_rows(x_train):
         rho = int(np.shape(x_train)[1]) if np.ndim(x_train) == 2 else 1
-    _check_options(options, type)
+    check_options(options, type)
     checks._check_int('nice', nice, 0)
     checks._check_bool('keep_test_draws', keep_test_draws)
     pre = _expand(x_train, y_train, times, delta, x_test, K, events, ztimes, zdelta)
@@ -275,7 +275,7 @@ def mc_surv_bart(
     return surv_bart(x_train, y_train, times, delta, x_test, seed=seed, **kwargs, _mc_cores=mc_cores)
 
 
-def _check_options(options, type_):
+def check_options(options, type_):
     """R's model types and bartz's options of `gbart`, refused in words otherwise."""
     if type_ not in ('pbart', 'lbart'):
         msg = f"type argument must be set to either 'pbart' or 'lbart', got {type_!r}"
@@ -303,7 +303,7 @@ def _expand(x_train, y_train, times, delta, x_test, K, events, ztimes, zdelta) -
     if np.unique(y).size > 2:
         msg = 'y.train has >2 values; make sure you specify times=times & delta=delta'
         raise ValueError(msg)
-    grid = np.unique(_first_column(x_train))
+    grid = np.unique(first_column(x_train))
     tx_test = x_test if x_test is not None and checks.num_rows(x_test) else None
     return SurvPre(y, x_train, tx_test, grid, int(grid.size))
 
@@ -314,7 +314,7 @@ def _package(fit: BARTFit, pre: SurvPre, id_, keep_draws, max_memory) -> SurvBAR
         ('yhat_test', 'yhat_test_mean', 'prob_test', 'prob_test_mean', 'surv_test', 'surv_test_mean')
     )
     if pre.tx_test is not None:
-        _check_grid('x_test', pre.tx_test, pre.times)
+        check_grid('x_test', pre.tx_test, pre.times)
         test = _survival(fit, pre.tx_test, pre.times, max_memory, keep_draws=keep_draws, all_means=True)
     return SurvBARTFit(
         fit=fit, type=fit.type, times=pre.times, K=pre.K, id=id_, tx_train=pre.tx_train, tx_test=pre.tx_test,
@@ -322,18 +322,18 @@ def _package(fit: BARTFit, pre: SurvPre, id_, keep_draws, max_memory) -> SurvBAR
     )
 
 
-def _first_column(tx) -> np.ndarray:
+def first_column(tx) -> np.ndarray:
     """The time column of rows in R's ``tx`` layout."""
     column = tx.iloc[:, 0] if isinstance(tx, pd.DataFrame) else np.asarray(tx)[:, 0]
     return checks.as_vector('the time column (the first) of tx', column, checks.num_rows(tx))
 
 
-def _check_grid(name, tx, grid=None) -> np.ndarray:
+def check_grid(name, tx, grid=None) -> np.ndarray:
     """The time grid of `tx`, checked to be R's layout: blocks of the ``K`` grid times in order."""
     if checks.num_rows(tx) == 0 or np.ndim(tx) != 2:
         msg = f'{name} must be 2-D rows in tx_test layout (the time first), got shape {np.shape(tx)}'
         raise ValueError(msg)
-    t = _first_column(tx)
+    t = first_column(tx)
     grid = np.unique(t) if grid is None else np.asarray(grid)
     if t.size % grid.size or not (t.reshape(-1, grid.size) == grid).all():
         msg = (

@@ -98,8 +98,8 @@ def surv_pre_bart(times, delta, x_train=None, x_test=None, K=None, events=None, 
     35(16).
     """
     times, delta = _check_times(times, delta)
-    x_train = _check_covariates('x_train', x_train, times.size)
-    x_test = None if x_train is None else _check_covariates('x_test', x_test, None)
+    x_train = check_covariates('x_train', x_train, times.size)
+    x_test = None if x_train is None else check_covariates('x_test', x_test, None)
     pairs = _check_pairs(ztimes, zdelta, x_train)
     times, grid = _time_grid(times, K, events)
     person, j = _person_periods(times, grid)
@@ -133,7 +133,7 @@ def _check_times(times, delta):
     return times, delta
 
 
-def _check_covariates(name, x, n):
+def check_covariates(name, x, n):
     """`x` as a 2-D float64 array or a DataFrame (None stays None)."""
     if x is None:
         return None
