@@ -38,7 +38,13 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-LUNG = ROOT.parent / 'shared' / 'data' / 'r-bart' / 'lung.csv'
+# R's demo data: BARTZ_R_DATA, else the shared folder beside the checkout, else the work machine's
+_R_DATA = [
+    *([Path(os.environ['BARTZ_R_DATA'])] if os.environ.get('BARTZ_R_DATA') else []),
+    ROOT.parent / 'shared' / 'data' / 'r-bart',
+    Path('/work/shared/data/r-bart'),
+]
+LUNG = next((d / 'lung.csv' for d in _R_DATA if (d / 'lung.csv').is_file()), _R_DATA[0] / 'lung.csv')
 
 
 def _lung_data():

@@ -2,7 +2,6 @@
 ``mc_`` versions and R's predict for them) against R's layout and known cumulative
 incidence functions."""
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,6 +10,7 @@ import scipy.stats
 
 import bartz
 from familyfiles import assert_round_trip
+from rdata import r_data
 
 # ---------------------------------------------------------------- R's layout, worked by hand
 
@@ -229,7 +229,6 @@ def test_recovers_two_exponential_causes(model, seed):
 
 # ---------------------------------------------------------------- R's demo liver.crisk.bart.R
 
-R_DATA = Path('/work/shared/data/r-bart')
 
 
 def _aalen_johansen(times, delta, grid):
@@ -246,7 +245,7 @@ def test_liver_demo():
     """R's demo liver.crisk.bart.R (no R result stored): transplant (cause 1) against death or
     withdrawal (cause 2) for blood type O, times in weeks. The CIFs end inside [0, 1], transplant
     well above death/withdrawal (as R's paper), and both near the Aalen-Johansen estimates."""
-    data = pd.read_csv(R_DATA / 'transplant.csv')
+    data = pd.read_csv(r_data() / 'transplant.csv')
     delta = np.select([data.event == 'ltx', data.event == 'censored'], [1, 0], 2)
     times = np.maximum(1, np.ceil(data.futime / 7))
     x_train = np.column_stack([(data.abo == b).astype(float) for b in ('O', 'A', 'B', 'AB')])

@@ -3,7 +3,6 @@
 `bartz.mc_mbart2`), R's predict: recovery of known probabilities, R's
 layout, the categories, the checks, and R's demo ``alligator.R``."""
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,13 +11,13 @@ from scipy import special
 
 import bartz
 from familyfiles import assert_round_trip
+from rdata import r_data
 from bartz.api.multinomial import MBARTPrediction
 
 N, NDPOST = 400, 300
 GRID = np.linspace(0.1, 0.9, 9)
 QUIET = {'printevery': None}
 TINY = {'ndpost': 20, 'nskip': 10, 'keepevery': 1, 'printevery': None}  # the shapes of `recovery`: no new compilation
-R_DATA = Path('/work/shared/data/r-bart')
 
 
 def truth(x):
@@ -213,7 +212,7 @@ def test_bad_outcome(y, match):
 def alligator():
     """R's demo: one row per alligator, x = (lake, size, sex) and y = food
     as R's factor codes (alphabetical levels); x_test the 80 cells."""
-    table = pd.read_csv(R_DATA / 'alligator.csv')
+    table = pd.read_csv(r_data() / 'alligator.csv')
     codes = {c: pd.Categorical(table[c]).codes + 1 for c in ('lake', 'size', 'sex', 'food')}
     cells = np.column_stack([codes['lake'], codes['size'], codes['sex']])
     rows = np.repeat(np.arange(len(table)), table['count'])
@@ -226,7 +225,7 @@ def alligator_fit():
     R's ``prob.test.mean`` of it (``reference/alligator_mbart.csv``)."""
     x_train, y_train, x_test = alligator()
     fit = bartz.mc_mbart(x_train, y_train, x_test, mc_cores=1, seed=99, **QUIET)
-    reference = pd.read_csv(R_DATA / 'reference' / 'alligator_mbart.csv').sort_values(['row', 'category'])
+    reference = pd.read_csv(r_data() / 'reference' / 'alligator_mbart.csv').sort_values(['row', 'category'])
     return fit, reference['prob_mean'].to_numpy()
 
 

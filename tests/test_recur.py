@@ -1,6 +1,5 @@
 """Recurrent-events BART: R's ``recur.pre.bart`` layout, `recur_bart`, `mc_recur_bart`, R's predict."""
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,6 +8,7 @@ from scipy.special import expit, ndtr
 
 import bartz
 from familyfiles import assert_round_trip
+from rdata import r_data
 from bartz import recur_pre_bart
 
 NAN = np.nan
@@ -244,16 +244,14 @@ def test_cumulative_hazard_recovered(recovery):
 
 # ---------------------------------------------------------------- R's demo bladder.recur.bart.R
 
-BLADDER = Path('/work/shared/data/r-bart/bladder.csv')
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not BLADDER.exists(), reason='R demo data not present')
 def test_bladder_demo():
     """R's bladder demo on survival's WLW form of the data (rx, number, size at entry): the layout
     keeps every recurrence, the fit is calibrated in sample, and thiotepa lowers the intensity
     relative to placebo (R's demo figure, Wei, Lin & Weissfeld 1989)."""
-    data = pd.read_csv(BLADDER).sort_values(['id', 'enum'])
+    data = pd.read_csv(r_data() / 'bladder.csv').sort_values(['id', 'enum'])
     times = data.pivot(index='id', columns='enum', values='stop').to_numpy(float)
     delta = data.pivot(index='id', columns='enum', values='event').to_numpy(float)
     first = data[data.enum == 1].set_index('id')

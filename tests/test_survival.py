@@ -1,6 +1,5 @@
 """Survival BART: R's ``surv.pre.bart`` layout, `surv_bart`, `mc_surv_bart`, R's predict."""
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,6 +8,7 @@ from scipy.special import expit
 
 import bartz
 from familyfiles import assert_round_trip
+from rdata import r_data
 from bartz import surv_pre_bart
 
 # ---------------------------------------------------------------- R's layout, worked by hand
@@ -248,7 +248,6 @@ def test_recovers_exponential_survival(seed):
 
 # ---------------------------------------------------------------- R's demo lung.surv.bart.R
 
-R_DATA = Path('/work/shared/data/r-bart')  # R's demo data and R's results (its README says what R ran)
 
 
 @pytest.mark.slow
@@ -259,7 +258,7 @@ def test_lung_demo():
     Both sides are estimates: the standard error of the difference combines ours (the sd
     of our draws over their ESS) and R's (the sd from R's 95% interval over the same ESS:
     R's draws are not stored, its chain has the same length and thinning)."""
-    root = R_DATA
+    root = r_data()
     if not (root / 'lung.csv').exists():
         pytest.skip(f"R's demo data not found in {root}")
     lung = pd.read_csv(root / 'lung.csv')
