@@ -33,7 +33,7 @@ from bartz.api import _fitfile
 from bartz.api.fit import BARTFit
 from bartz.prep import encoding
 
-__all__ = ['CLASSES', 'FORMAT_NAME', 'FORMAT_VERSION', 'Saveable', 'build', 'entries', 'is_family']
+__all__ = ['CLASSES', 'FORMAT_NAME', 'FORMAT_VERSION', 'Saveable', 'build', 'entries', 'is_family', 'save']
 
 FORMAT_NAME = 'bartz.family'
 FORMAT_VERSION = 1
@@ -208,6 +208,12 @@ class Saveable:
 
     def save(self, path) -> None:
         """Save the whole result to ``path`` (see `bartz.io.save`); `bartz.load` reads it back."""
-        from bartz.api import io  # noqa: PLC0415 (io imports this module)
+        save(self, path)
 
-        io.save(self, path)
+
+def save(obj, path) -> None:
+    """Write the family fit ``obj`` to ``path``, atomically (see `bartz.io`);
+    an attribute the format cannot store is refused before anything is written."""
+    path = _fitfile.check_path(path)
+    header, arrays = entries(obj)
+    _fitfile.write_archive(path, header, arrays)

@@ -132,9 +132,7 @@ def save(fit, path) -> None:
         If the file cannot be written (the earlier file, if any, is kept).
     """
     if familyio.is_family(fit):
-        path = _fitfile.check_path(path)
-        header, arrays = familyio.entries(fit)  # a TypeError here leaves any file untouched
-        _fitfile.write_archive(path, header, arrays)
+        familyio.save(fit, path)
         return
     if not isinstance(fit, BARTFit):
         msg = f'fit must be a BARTFit or the result of a bartz model function, got {type(fit).__name__}'
