@@ -184,11 +184,7 @@ def load(path):
             if isinstance(header, dict) and header.get('format') == familyio.FORMAT_NAME:
                 return _load_family(header, archive, where)
             header = _check_header(header, where)
-            missing = [a for a in header['arrays'] if a not in archive.files]
-            if missing:
-                msg = f'{where}: the file is truncated or corrupt: it lacks the arrays {missing}'
-                raise _NotOurs(msg)
-            arrays = {a: archive[a] for a in header['arrays']}
+            arrays = {a: archive[a] for a in header['arrays'] if a in archive.files}
     except _NotOurs as e:
         raise ValueError(str(e)) from None
     except (OSError, ValueError, EOFError, KeyError, TypeError) as e:
@@ -203,10 +199,21 @@ def load(path):
         msg = f'{where}: not a readable bartz fit file (truncated, corrupt or another format): {e}'
         raise ValueError(msg) from e
     try:
-        enc = _fitcheck.check_contents(header, arrays, BARTFit.__slots__)
+        return _checked_fit(header, arrays)
     except _fitcheck.Invalid as e:
         msg = f'{where}: {e}'
         raise ValueError(msg) from None
+
+
+def _checked_fit(header: dict, arrays: dict) -> BARTFit:
+    """The fit of a checked header and the entries read for it, checked
+    (`bartz.io`'s list); `_fitcheck.Invalid` says what is wrong."""
+    missing = [a for a in header['arrays'] if a not in arrays]
+    if missing:
+        msg = f'the file is truncated or corrupt: it lacks the arrays {missing}'
+        raise _fitcheck.Invalid(msg)
+    arrays = {a: arrays[a] for a in header['arrays']}
+    enc = _fitcheck.check_contents(header, arrays, BARTFit.__slots__)
     return _build(header, arrays, enc)
 
 
@@ -257,16 +264,10 @@ def _load_family(header: dict, archive, where: str):
     arrays = {a: archive[a] for a in listed}
 
     def read_fit(blob, entries):
-        fit_header = _check_header(_read_json(blob, where), where)
-        lacking = [a for a in fit_header['arrays'] if a not in entries]
-        if lacking:
-            raise familyio.Invalid(f'the file is truncated or corrupt: an inner fit lacks the arrays {lacking}')
-        fit_arrays = {a: entries[a] for a in fit_header['arrays']}
         try:
-            enc = _fitcheck.check_contents(fit_header, fit_arrays, BARTFit.__slots__)
+            return _checked_fit(_check_header(_read_json(blob, where), where), entries)
         except _fitcheck.Invalid as e:
             raise familyio.Invalid(f'an inner fit: {e}') from None
-        return _build(fit_header, fit_arrays, enc)
 
     try:
         return familyio.build(header, arrays, read_fit)
