@@ -15,10 +15,11 @@ def test_demo_prints_summary_and_writes_plot(tmp_path, capsys):
         warnings.simplefilter('error')  # the convergence check goes into the summary, not a warning
         assert demo.main([*SMALL, '--out', str(out)]) == 0
     text = capsys.readouterr().out
-    for label in ('test RMSE vs true f', '95% interval coverage', 'acceptance rate', 'convergence of sigma (R-hat, ESS)'):
+    for label in ('test RMSE vs true f', '95% interval coverage', 'acceptance rate', 'convergence (sigma, f)'):
         assert label in text
-    line = next(line for line in text.splitlines() if 'convergence of sigma' in line)
-    assert 'R-hat' in line and 'of 40 draws' in line and ('check passed' in line or 'check failed' in line)
+    line = next(line for line in text.splitlines() if 'convergence (sigma, f)' in line)
+    assert 'R-hat' in line and 'of 40 draws' in line and 'median R-hat' in line
+    assert 'check passed' in line or 'check failed' in line
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 

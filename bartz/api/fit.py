@@ -341,6 +341,9 @@ class BARTFit:
         chain; for ``yhat_train`` (the draws at the training points), the
         worst (max) and median R-hat and the worst (min) and median ESS over
         points. R-hat needs draws; with one chain it compares its halves.
+        The findings of the check are in the table's ``attrs``:
+        ``'problems'`` (warned) and ``'notes'`` (reported, with what to do
+        in ``'advice'``); `summary` prints them.
 
         A fit made with ``save_yhat_train=False`` has no draws at the
         training points: pass `x_train` (the training predictors, or any
@@ -349,11 +352,48 @@ class BARTFit:
         probabilities: R-hat and ESS are rank-based, so the scale does not
         matter). Without them, a binary fit has no row.
 
-        Warns a `bartz.diagnostics.ConvergenceWarning` when R-hat of sigma
-        or the median R-hat of f over the training points (all of them here,
-        not the 100 that `gbart` checks) exceeds 1.05, or the bulk ESS of
-        sigma is below 100 (see `bartz.diagnostics.convergence_problems`).
+        Warns a `bartz.diagnostics.ConvergenceWarning` when the median
+        R-hat of f over the training points (all of them here, not the 100
+        that `gbart` checks) exceeds 1.1, or a chain is stuck; a slowly
+        mixing sigma is reported, not warned (see
+        `bartz.diagnostics.convergence_problems`).
         """
+        table, problems, _ = self._diagnostics(x_train)
+        if problems:
+            msg = diagnostics.convergence_message(problems, self.chains)
+            warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=2)
+        return table
+
+    def summary(self, x_train=None) -> str:
+        """A printable summary of the fit: the model, the run, and the
+        convergence check with what to do (`diagnostics` computes it; nothing
+        is warned here, the findings are in the text).
+
+        Returns a `str` that displays as text in a notebook; `x_train` as
+        in `diagnostics`.
+        """
+        table, problems, notes = self._diagnostics(x_train)
+        lines = [repr(self), f'{self.chains} chain{"s" if self.chains > 1 else ""}, {self.ndpost} kept draws']
+        if self.accept_rate:
+            lines.append('acceptance: ' + ', '.join(f'{move} {rate:.1%}' for move, rate in self.accept_rate.items()))
+        stats = []
+        if 'sigma' in table.index:
+            row = table.loc['sigma']
+            stats.append(f'sigma: R-hat {row["rhat"]:.3f}, bulk ESS {row["ess_bulk"]:.0f}')
+        if 'yhat_train (median point)' in table.index:
+            median, worst = table.loc['yhat_train (median point)'], table.loc['yhat_train (worst point)']
+            stats.append(f'f at the training points: median R-hat {median["rhat"]:.3f} (worst {worst["rhat"]:.3f})')
+        lines.extend(stats)
+        if problems:
+            lines.append('convergence: WARNING. ' + diagnostics.convergence_message(problems, self.chains))
+        elif stats:
+            lines.append('convergence: no evidence of a problem (chains agree on f, none stuck).')
+        if notes:
+            lines.append(diagnostics.notes_message(notes))
+        return _Text('\n'.join(lines))
+
+    def _diagnostics(self, x_train):
+        """The table of `diagnostics`, the warned and the reported findings."""
         per_chain = self.ndpost // self.chains
         if per_chain < diagnostics.MIN_DRAWS:
             msg = (
@@ -392,13 +432,23 @@ class BARTFit:
             }
         sigma_row = rows.get('sigma', {})
         median = rows.get('yhat_train (median point)', {})
-        problems = diagnostics.threshold_problems(
-            sigma_row.get('rhat'), sigma_row.get('ess_bulk'), median.get('rhat'), num_points
+        stuck = diagnostics.convergence_statistics(changed=self._trees_changed()).stuck
+        problems, notes = diagnostics.assess(
+            diagnostics.ConvergenceStatistics(
+                sigma_row.get('rhat'), sigma_row.get('ess_bulk'), median.get('rhat'), num_points or 0, stuck, self.chains
+            )
         )
-        if problems:
-            msg = diagnostics.convergence_message(problems)
-            warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=2)
-        return pd.DataFrame(rows).T
+        table = pd.DataFrame(rows).T
+        table.attrs.update(problems=problems, notes=notes, advice=diagnostics.notes_message(notes))
+        return table, problems, notes
+
+    def _trees_changed(self):
+        """`bartz.diagnostics.trees_changed` of the kept forests, or None
+        when the fit keeps no forest per draw of each chain."""
+        trace = self._trace
+        if trace is None or trace.var_tree.shape[0] != self.ndpost:
+            return None
+        return diagnostics.trees_changed(trace.var_tree, trace.split_tree, self.chains)
 
     def _point_stats(self, x, chunk_bytes=64 * 2**20):
         """R-hat, bulk and tail ESS of f at each row of `x` (``predict``
@@ -438,6 +488,15 @@ class BARTFit:
         else:
             return sigma, None
         return sigma, f.reshape(self.chains, self.ndpost // self.chains, -1)
+
+
+class _Text(str):
+    """Text that a notebook and the REPL display as such, not as a quoted string."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return str(self)
 
 
 def package(

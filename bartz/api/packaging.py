@@ -408,8 +408,8 @@ def _interrupts_deferred():
 
 def warn_convergence(fit, X=None) -> None:
     """Warn a `bartz.diagnostics.ConvergenceWarning` if `fit` fails the
-    checks of `bartz.diagnostics.convergence_problems`: R-hat of sigma and
-    of f at (at most) 100 fixed training points, ESS of sigma. `X`: the
+    checks of `bartz.diagnostics.convergence_problems`: the median R-hat of
+    f at (at most) 100 fixed training points, a stuck chain. `X`: the
     binned training points, used when ``yhat_train`` was not saved.
 
     The check never loses the fit: draws with NaN or infinite values are
@@ -427,7 +427,7 @@ def warn_convergence(fit, X=None) -> None:
         if message:
             warnings.warn(message, RuntimeWarning, stacklevel=_warn.user_stacklevel())
             return
-        problems = diagnostics.convergence_problems(sigma, f)
+        problems = diagnostics.convergence_problems(sigma, f, fit._trees_changed())  # noqa: SLF001
     except KeyboardInterrupt:
         _record_interrupt(fit, 'convergence check', (), ('fit.diagnostics() checks it',))
         return
@@ -436,7 +436,7 @@ def warn_convergence(fit, X=None) -> None:
         warnings.warn(msg, RuntimeWarning, stacklevel=_warn.user_stacklevel())
         return
     if problems:
-        msg = diagnostics.convergence_message(problems)
+        msg = diagnostics.convergence_message(problems, fit.chains)
         warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=_warn.user_stacklevel())
 
 

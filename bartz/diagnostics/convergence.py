@@ -1,6 +1,20 @@
 """The convergence check of a BART fit: the criteria, the points at which f
 is checked, and the warning `bartz.gbart` and `bartz.BARTFit.diagnostics`
-give when a criterion fails."""
+give when a criterion fails.
+
+The rule: warn (`ConvergenceWarning`) only on evidence that conclusions
+drawn from the draws are at risk, and report the rest. Warned: the chains,
+or the two halves of one chain, disagree on f at a typical point (median
+R-hat of f above `RHAT_WARN`); a chain whose trees never changed while
+another chain's did (it is stuck). Draws with NaN are warned by the fit
+itself (a `RuntimeWarning`). Reported only (`convergence_notes`, in
+``fit.diagnostics()`` and ``fit.summary()``): a slowly mixing error sd (its
+R-hat above `RHAT_MAX` or its bulk ESS below `ESS_MIN`), which is the
+common case of BART on large data and changes little of f, and a median
+R-hat of f between `RHAT_MAX` and `RHAT_WARN`.
+"""
+
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -12,33 +26,63 @@ __all__ = [
     'CHECK_POINTS',
     'ESS_MIN',
     'RHAT_MAX',
+    'RHAT_WARN',
+    'ConvergenceStatistics',
     'ConvergenceWarning',
+    'assess',
     'check_points',
     'convergence_message',
+    'convergence_notes',
     'convergence_problems',
-    'threshold_problems',
+    'convergence_statistics',
+    'notes_message',
+    'trees_changed',
 ]
 
 RHAT_MAX = 1.05
-"""R-hat above which `convergence_problems` reports a statistic."""
+"""R-hat above which a statistic is reported (`convergence_notes`): the
+looser level at which Stan's tools flag a parameter."""
+
+RHAT_WARN = 1.1
+"""Median R-hat of f above which `convergence_problems` warns: Gelman and
+Rubin's classic level. At 1.1 the chains' means of f at a typical point sit
+about half a posterior sd apart, more than slow mixing alone gives."""
 
 ESS_MIN = 100
-"""Bulk ESS of the error sd below which `convergence_problems` reports it."""
+"""Bulk ESS of the error sd below which it is reported (`convergence_notes`)."""
 
 CHECK_POINTS = 100
 """Number of points at which `bartz.gbart` checks the R-hat of f."""
 
 
 class ConvergenceWarning(UserWarning):
-    """The MCMC draws show signs of not having converged or of mixing poorly.
+    """The MCMC draws show evidence that conclusions drawn from them are at risk.
 
     Warned by `bartz.gbart` after the run and by `bartz.BARTFit.diagnostics`
-    (see `convergence_problems` for the criteria). Silence it with::
+    when the chains disagree on f or a chain is stuck (see
+    `convergence_problems` for the rule). Silence it with::
 
         import warnings
         import bartz
         warnings.filterwarnings('ignore', category=bartz.ConvergenceWarning)
     """
+
+
+class ConvergenceStatistics(NamedTuple):
+    """The statistics the rule looks at (None: not computed)."""
+
+    rhat_sigma: float | None
+    """R-hat of the error sd."""
+    ess_sigma: float | None
+    """Bulk ESS of the error sd."""
+    rhat_f: float | None
+    """Median over the checked points of the R-hat of f."""
+    num_points: int
+    """Number of points of ``rhat_f``."""
+    stuck: tuple[int, ...] = ()
+    """Chains whose trees never changed during their kept draws while another chain's did."""
+    num_chains: int = 1
+    """Number of chains."""
 
 
 def check_points(n: int) -> np.ndarray:
@@ -50,26 +94,128 @@ def check_points(n: int) -> np.ndarray:
     return np.unique(np.round(np.linspace(0, n - 1, CHECK_POINTS)).astype(np.intp))
 
 
+def trees_changed(var_tree: ArrayLike, split_tree: ArrayLike, num_chains: int) -> np.ndarray:
+    """The number of trees whose structure changed from each kept draw to the next.
+
+    Parameters
+    ----------
+    var_tree, split_tree : array_like
+        The kept forests' split variables and split indices, ``(draws,
+        trees, nodes)``, chain after chain.
+    num_chains : int
+        Number of chains.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(chains, draws per chain - 1)`` int: trees whose split variables
+        or split indices differ from the previous kept draw of the chain
+        (an accepted grow, prune, change or swap; leaf values are redrawn
+        every iteration and do not count).
+    """
+    var_tree = np.asarray(var_tree)
+    split_tree = np.asarray(split_tree)
+    per_chain = var_tree.shape[0] // num_chains
+    out = np.zeros((num_chains, max(per_chain - 1, 0)), np.int64)
+    for chain in range(num_chains):  # a chain at a time bounds the temporaries
+        rows = slice(chain * per_chain, (chain + 1) * per_chain)
+        var, split = var_tree[rows], split_tree[rows]
+        changed = np.any(var[1:] != var[:-1], axis=-1) | np.any(split[1:] != split[:-1], axis=-1)
+        out[chain] = np.count_nonzero(changed, axis=-1)
+    return out
+
+
+def convergence_statistics(
+    sigma: ArrayLike | None = None, f: ArrayLike | None = None, changed: ArrayLike | None = None
+) -> ConvergenceStatistics:
+    """The statistics of the rule from the draws (see `convergence_problems`)."""
+    rhat_sigma = ess_sigma = rhat_f = None
+    num_points = 0
+    num_chains = 1
+    if sigma is not None:
+        sigma = np.asarray(sigma)
+        num_chains = sigma.shape[0]
+        if sigma.shape[1] >= MIN_DRAWS:
+            rhat_sigma = float(rhat(sigma))
+            ess_sigma = float(ess_bulk(sigma))
+    if f is not None:
+        f = np.asarray(f)
+        num_chains = f.shape[0]
+        num_points = f.shape[2]
+        if f.shape[1] >= MIN_DRAWS and num_points > 0:
+            r = rhat(f)
+            if not np.all(np.isnan(r)):  # all points constant: nothing to check
+                rhat_f = float(np.nanmedian(r))
+    stuck = ()
+    if changed is not None:
+        changed = np.asarray(changed)
+        num_chains = changed.shape[0]
+        if changed.shape[1] >= MIN_DRAWS - 1:
+            moves = changed.sum(axis=1)
+            if np.any(moves > 0):  # with no move anywhere, the data may admit none
+                stuck = tuple(int(c) for c in np.flatnonzero(moves == 0))
+    return ConvergenceStatistics(rhat_sigma, ess_sigma, rhat_f, num_points, stuck, num_chains)
+
+
+def assess(stats: ConvergenceStatistics) -> tuple[list, list]:
+    """The rule on statistics already computed.
+
+    Parameters
+    ----------
+    stats : ConvergenceStatistics
+        The statistics; None fields are not checked.
+
+    Returns
+    -------
+    problems : list of tuple
+        The warned findings, ``(statistic, value, comparison, threshold)``
+        each, as `convergence_problems`.
+    notes : list of tuple
+        The reported findings, as `convergence_notes`.
+    """
+    problems, notes = [], []
+    if stats.rhat_f is not None:
+        name = f'median R-hat of f over {stats.num_points} points'
+        if stats.rhat_f > RHAT_WARN:
+            problems.append((name, stats.rhat_f, '>', RHAT_WARN))
+        elif stats.rhat_f > RHAT_MAX:
+            notes.append((name, stats.rhat_f, '>', RHAT_MAX))
+    if stats.stuck:
+        name = f'stuck chains (of {stats.num_chains}: trees never changed, chain {", ".join(map(str, stats.stuck))})'
+        problems.append((name, len(stats.stuck), '>', 0))
+    if stats.rhat_sigma is not None and stats.rhat_sigma > RHAT_MAX:
+        notes.append(('R-hat of sigma', stats.rhat_sigma, '>', RHAT_MAX))
+    if stats.ess_sigma is not None and stats.ess_sigma < ESS_MIN:
+        notes.append(('ESS of sigma', stats.ess_sigma, '<', ESS_MIN))
+    return problems, notes
+
+
 def convergence_problems(
-    sigma: ArrayLike | None = None, f: ArrayLike | None = None
+    sigma: ArrayLike | None = None, f: ArrayLike | None = None, changed: ArrayLike | None = None
 ) -> list[tuple[str, float, str, float]]:
-    """The convergence statistics of a BART fit that fail their threshold.
+    """The findings of the convergence check that are warned.
 
-    Criteria (Vehtari et al. 2021 recommend 1.01 for a final analysis; 1.05
-    and 100 are the looser levels at which Stan's tools warn):
+    Warned, as evidence that conclusions drawn from the draws are at risk:
 
-    - R-hat (`rhat`: rank-normalised split R-hat, the maximum of bulk and
-      tail) of the error sd above `RHAT_MAX` (1.05);
-    - bulk ESS (`ess_bulk`) of the error sd below `ESS_MIN` (100);
-    - the median over the given points of the R-hat of f above 1.05. The
-      median, not the maximum: f at a point mixes slowly in BART (an
-      effective sample size of tens per thousand draws is common), so the
-      largest of a hundred R-hats exceeds 1.05 by chance even in long runs
-      of chains that have converged, while the median is stable and still
-      far above 1.05 when the chains have not left their start.
+    - the median over the given points of the R-hat of f above `RHAT_WARN`
+      (1.1): the chains (with one chain, its two halves) disagree on f at a
+      typical point. The median, not the maximum: f at a point mixes slowly
+      in BART (an effective sample size of tens per thousand draws is
+      common), so the largest of a hundred R-hats is high by chance even
+      in long runs of chains that have converged, while the median is
+      stable and far above 1.1 when the chains have not left their start;
+    - a stuck chain: one whose trees never changed during its kept draws
+      (``changed``, see `trees_changed`) while another chain's did. With
+      one chain a frozen forest is not warned: it cannot be told from
+      data that admit no split.
 
-    With one chain, R-hat compares its two halves (split R-hat). Chains
-    with fewer than 4 draws are not checked (R-hat is not defined).
+    The error sd is only reported (`convergence_notes`): at large n it
+    mixes slowly even when f is well estimated (ESS of a few per thousand
+    draws at n = 10,000 with R's defaults), and warning on it would warn on
+    nearly every fit.
+
+    R-hat is `rhat` (rank-normalised split R-hat, the maximum of bulk and
+    tail). Chains with fewer than 4 draws are not checked.
 
     Parameters
     ----------
@@ -78,71 +224,64 @@ def convergence_problems(
         outcomes have none).
     f
         Draws of f at some points, ``(chains, draws, points)``, or None.
+    changed
+        Trees changed from draw to draw, ``(chains, draws - 1)``
+        (`trees_changed`), or None.
 
     Returns
     -------
     list of tuple
         One ``(statistic, value, comparison, threshold)`` per failed check,
-        e.g. ``('R-hat of sigma', 1.13, '>', 1.05)``; empty if all pass.
+        e.g. ``('median R-hat of f over 100 points', 1.31, '>', 1.1)``;
+        empty if all pass.
 
     Examples
     --------
     >>> import numpy as np
     >>> from bartz.diagnostics import convergence_problems
     >>> rng = np.random.default_rng(0)
-    >>> convergence_problems(sigma=1 + 0.01 * rng.standard_normal((4, 500)))
+    >>> f = rng.standard_normal((4, 500, 10))
+    >>> convergence_problems(f=f)
     []
+    >>> f[3] += 2  # one chain far from the others
+    >>> [problem[0] for problem in convergence_problems(f=f)]
+    ['median R-hat of f over 10 points']
+    """
+    return assess(convergence_statistics(sigma, f, changed))[0]
+
+
+def convergence_notes(sigma: ArrayLike | None = None, f: ArrayLike | None = None) -> list[tuple[str, float, str, float]]:
+    """The findings of the convergence check that are reported, not warned.
+
+    - R-hat of the error sd above `RHAT_MAX` (1.05);
+    - bulk ESS of the error sd below `ESS_MIN` (100);
+    - the median R-hat of f between `RHAT_MAX` and `RHAT_WARN`.
+
+    Parameters and returns as `convergence_problems`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bartz.diagnostics import convergence_notes
+    >>> rng = np.random.default_rng(0)
     >>> drifting = 1 + np.linspace(1, 0, 500) + 0.01 * rng.standard_normal((4, 500))
-    >>> [problem[0] for problem in convergence_problems(sigma=drifting)]
+    >>> [note[0] for note in convergence_notes(sigma=drifting)]
     ['R-hat of sigma', 'ESS of sigma']
     """
-    rhat_sigma = ess_sigma = rhat_f = None
-    num_points = 0
-    if sigma is not None:
-        sigma = np.asarray(sigma)
-        if sigma.shape[1] >= MIN_DRAWS:
-            rhat_sigma = float(rhat(sigma))
-            ess_sigma = float(ess_bulk(sigma))
-    if f is not None:
-        f = np.asarray(f)
-        num_points = f.shape[2]
-        if f.shape[1] >= MIN_DRAWS and num_points > 0:
-            r = rhat(f)
-            if not np.all(np.isnan(r)):  # all points constant: nothing to check
-                rhat_f = float(np.nanmedian(r))
-    return threshold_problems(rhat_sigma, ess_sigma, rhat_f, num_points)
+    return assess(convergence_statistics(sigma, f))[1]
 
 
-def threshold_problems(
-    rhat_sigma: float | None, ess_sigma: float | None, rhat_f: float | None, num_points: int
-) -> list[tuple[str, float, str, float]]:
-    """The statistics that fail their threshold, as `convergence_problems`.
-
-    Parameters
-    ----------
-    rhat_sigma, ess_sigma : float or None
-        R-hat and bulk ESS of the error sd; None if not computed.
-    rhat_f : float or None
-        The median R-hat of f over the checked points; None if not computed.
-    num_points : int
-        The number of points of ``rhat_f``, named in its statistic.
-
-    Returns
-    -------
-    list of tuple
-        ``(statistic, value, comparison, threshold)`` per failed check.
-    """
-    problems = []
-    if rhat_sigma is not None and rhat_sigma > RHAT_MAX:
-        problems.append(('R-hat of sigma', rhat_sigma, '>', RHAT_MAX))
-    if ess_sigma is not None and ess_sigma < ESS_MIN:
-        problems.append(('ESS of sigma', ess_sigma, '<', ESS_MIN))
-    if rhat_f is not None and rhat_f > RHAT_MAX:
-        problems.append((f'median R-hat of f over {num_points} points', rhat_f, '>', RHAT_MAX))
-    return problems
+def _statistics_text(findings) -> tuple[str, str]:
+    """The findings' values, and their thresholds, as text."""
+    stats = '; '.join(
+        f'{name} is {value:.0f}' if name.startswith(('ESS', 'stuck')) else f'{name} is {value:.3f}'
+        for name, value, _, _ in findings
+    )
+    limits = ', '.join(f'{name} {cmp} {threshold:g}' for name, _, cmp, threshold in findings)
+    return stats, limits
 
 
-def convergence_message(problems: list[tuple[str, float, str, float]]) -> str:
+def convergence_message(problems: list[tuple[str, float, str, float]], num_chains: int = 1) -> str:
     """The text of the `ConvergenceWarning` for ``problems``.
 
     Parameters
@@ -150,6 +289,8 @@ def convergence_message(problems: list[tuple[str, float, str, float]]) -> str:
     problems : list of tuple
         ``(statistic, value, comparison, threshold)``, as returned by
         `convergence_problems`; not empty.
+    num_chains : int, default 1
+        The fit's chains: with one, the advice includes running several.
 
     Returns
     -------
@@ -157,15 +298,33 @@ def convergence_message(problems: list[tuple[str, float, str, float]]) -> str:
         The statistics and their values, the thresholds, what to do, and
         how to silence the warning.
     """
-    stats = '; '.join(
-        f'{name} is {value:.0f}' if name.startswith('ESS') else f'{name} is {value:.3f}'
-        for name, value, _, _ in problems
-    )
-    limits = ', '.join(f'{name} {cmp} {threshold:g}' for name, _, cmp, threshold in problems)
+    stats, limits = _statistics_text(problems)
+    several = ' or run several chains (mc_cores)' if num_chains == 1 else ''
     return (
-        f'bartz: the MCMC chains may not have converged, or mix slowly: {stats} '
-        f'(warned when {limits}). The draws may misrepresent the posterior: run a '
-        'longer burn-in (nskip), more draws (ndpost), thin (keepevery) or run '
-        'several chains (mc_cores); fit.diagnostics() shows the details. To silence: '
+        f'bartz: the MCMC chains disagree or are stuck: {stats} (warned when {limits}). Estimates of f '
+        'from these draws may be off by more than their intervals say: run a longer burn-in '
+        f'(nskip), more draws (ndpost), thin (keepevery){several}; '
+        'fit.diagnostics() shows the details. To silence: '
         "warnings.filterwarnings('ignore', category=bartz.ConvergenceWarning)."
     )
+
+
+def notes_message(notes: list[tuple[str, float, str, float]]) -> str:
+    """What the reported findings ``notes`` (`convergence_notes`) mean and
+    what to do; the empty string without notes."""
+    if not notes:
+        return ''
+    stats, limits = _statistics_text(notes)
+    lines = [f'Reported, not warned: {stats} ({limits}).']
+    if any('sigma' in name for name, _, _, _ in notes):
+        lines.append(
+            'The error sd mixes slowly, as is common for BART on large data: estimates of f change '
+            'little, but the draws of sigma (and predictive intervals, which use them) are few in '
+            'effect. For them run more draws (ndpost), thin (keepevery) or run several chains (mc_cores).'
+        )
+    if any(name.startswith('median R-hat of f') for name, _, _, _ in notes):
+        lines.append(
+            'The chains (or the halves of one) agree on f only roughly: a longer burn-in (nskip) '
+            'or more draws (ndpost) make the intervals of f more reliable.'
+        )
+    return ' '.join(lines)
