@@ -20,7 +20,7 @@ import pandas as pd
 
 from bartz import diagnostics
 from bartz._compile import programs as _programs
-from bartz.api import _fitfile, packaging, partial
+from bartz.api import _fitfile, inference, packaging, partial
 from bartz.api import predict as predict_mod
 from bartz.api import treedraws as treedraws_mod
 from bartz.api.packaging import STAGES, bin_matrix, link_params, warn_convergence, x_test_link  # noqa: F401
@@ -315,6 +315,21 @@ class BARTFit:
             index=pd.Index(names, name='predictor'),
         )
         return table.sort_values(['inclusion_prob', 'varcount_mean'], ascending=False)
+
+    def to_inference_data(self, x=None, *, points=None, y=None):
+        """The draws for ArviZ (an optional extra): ``posterior`` (sigma, f
+        or the probability at points, DART's split probabilities),
+        ``sample_stats`` (leaves, trees changed, splits per draw),
+        ``observed_data`` (``y``, if given). See
+        `bartz.api.inference.to_inference_data` for the arguments.
+
+        Examples
+        --------
+        >>> import arviz as az  # doctest: +SKIP
+        >>> data = fit.to_inference_data(y=y_train)  # doctest: +SKIP
+        >>> az.summary(data, var_names=['sigma'])  # doctest: +SKIP
+        """
+        return inference.to_inference_data(self, x, points=points, y=y)
 
     def by_chain(self, name):
         """Draws of attribute `name` (e.g. ``'yhat_train'``, ``'sigma_'``)
