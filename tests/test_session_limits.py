@@ -185,7 +185,7 @@ def test_maps_watch_clears_caches_and_warns_once(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not ON_LINUX, reason='counts memory mappings in /proc/self/maps')
 def test_long_session_stays_below_the_mapping_limit(tmp_path):
-    """180 fits in one process, with the default limits, never come near
+    """80 fits in one process, with the default limits, never come near
     ``vm.max_map_count``: the mappings stop growing once the 32 kept
     programs are reached, far below the watch's threshold (half the limit),
     which never has to fire.
@@ -193,11 +193,11 @@ def test_long_session_stays_below_the_mapping_limit(tmp_path):
     Without the limits every new setting keeps its sampler, about 300
     mappings more per fit (300 distinct settings would reach the limit
     near fit 200 and abort the process); here the count would still grow
-    after fit 35, and `programs_in_memory` would reach 60. To fit the CI's
-    budget (a new setting compiles for seconds), 60 distinct settings
-    (ntree 1..60) are fitted, then fitted again in the same order 2 more
-    times: each was dropped by then (60 > 32) and is loaded again from the
-    persistent cache (a temporary directory), which maps its program again.
+    after fit 35, and `programs_in_memory` would reach 40. To fit the CI's
+    budget (a new setting compiles for seconds), 40 distinct settings
+    (ntree 1..40) are fitted, then fitted again in the same order: each
+    was dropped by then (40 > 32) and is loaded again from the persistent
+    cache (a temporary directory), which maps its program again.
     """
     code = """
     import sys, time
@@ -205,9 +205,9 @@ def test_long_session_stays_below_the_mapping_limit(tmp_path):
     print(json.dumps({'start': maps(), 'limit': limit}), flush=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always', compile_cache.MemoryMapsWarning)
-        for i in range(180):
+        for i in range(80):
             t = time.perf_counter()
-            fit(1 + i % 60, seed=i)
+            fit(1 + i % 40, seed=i)
             print(json.dumps({'fit': i, 'maps': maps(), 'kept': compile_cache.programs_in_memory(),
                               'compiles': len(compiles), 'seconds': time.perf_counter() - t}), flush=True)
     print(json.dumps({'warnings': [str(w.message) for w in caught]}))
@@ -216,13 +216,13 @@ def test_long_session_stays_below_the_mapping_limit(tmp_path):
     lines = run_child(code, tmp_path, timeout=1800, BARTZ_CACHE_DIR=str(tmp_path / 'cache'))
     elapsed = time.perf_counter() - start
     head, *fits, tail = lines
-    assert len(fits) == 180
+    assert len(fits) == 80
     bound = compile_cache.limits().maps_fraction * head['limit']
     counts = [f['maps'] for f in fits]
     assert max(counts) < bound, counts
     # the mappings stop growing once 32 programs are kept
     assert max(counts[40:]) < counts[35] + 1000, counts
-    assert [f['kept'] for f in fits][31:] == [32] * (180 - 31)
-    assert fits[-1]['compiles'] == 60  # the others were loaded from the cache
+    assert [f['kept'] for f in fits][31:] == [32] * (80 - 31)
+    assert fits[-1]['compiles'] == 40  # the others were loaded from the cache
     assert tail['warnings'] == []
-    print(f'180 fits in {elapsed:.0f} s; mappings {head["start"]} at start, {max(counts)} at most')
+    print(f'80 fits in {elapsed:.0f} s; mappings {head["start"]} at start, {max(counts)} at most')
