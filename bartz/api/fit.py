@@ -94,7 +94,7 @@ class BARTFit:
         'nkeep': (
             "R's thinning (bartz.wbart, pbart, lbart): rows kept of each kind of draw, "
             "{'train': yhat_train/prob_train, 'test': yhat_test/prob_test, 'treedraws': the trees, varcount, "
-            "varprob, sigma_}; a kind not named (or None) has ndpost rows"
+            "varprob, ``sigma_``}; a kind not named (or None) has ndpost rows"
         ),
         # ---- the run
         'accept_rate': "dict: acceptance rates of the 'grow', 'prune', 'change' and 'swap' moves",

@@ -87,7 +87,7 @@ class ConvergenceStatistics(NamedTuple):
 
 def check_points(n: int) -> np.ndarray:
     """The points at which the R-hat of f is checked: all of them up to
-    `CHECK_POINTS` (100), else 100 indices evenly spaced over ``0 .. n - 1``
+    `CHECK_POINTS` (100), else 100 indices evenly spaced over ``0, ..., n - 1``
     (the same for every fit of ``n`` points: fixed, no random choice)."""
     if n <= CHECK_POINTS:
         return np.arange(n)

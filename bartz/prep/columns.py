@@ -99,5 +99,6 @@ def to_codes(values, levels, label: str) -> np.ndarray:
 
 
 def warn_imputed(label: str, what: str) -> None:
+    """Warn that the missing values of `label`, which had none in x_train, are imputed with `what`."""
     msg = f'{label} has missing values but had none in x_train; they are imputed with {what}'
     warnings.warn(msg, stacklevel=4)

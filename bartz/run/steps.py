@@ -11,7 +11,7 @@ from bartz.sampler import step as mcmcstep
 
 
 def state_specs(state: mcmcstep.State, chain_axis: str = 'chains', data_axis: str = 'data') -> mcmcstep.State:
-    """`PartitionSpec`s of a multi-chain state on a ('chains', 'data') mesh.
+    """The `PartitionSpec` of each field of a multi-chain state on a ('chains', 'data') mesh.
 
     Chains are split over `chain_axis`; data points (the last axis of ``X``,
     ``y``, residuals, latents, weights and leaf indices) over `data_axis`;

@@ -61,7 +61,7 @@ def exhausted_on_path(path: Path, num_levels):
 
 
 def node_ranges(var_tree, split_tree, max_split, node):
-    """Usable split indices ``lo + 1 .. hi`` of every predictor at `node`,
+    """Usable split indices ``lo + 1, ..., hi`` of every predictor at `node`,
     given the rules of its ancestors: two ``(p,)`` int32 arrays."""
     p = max_split.shape[0]
     depth = level_of_node(node)

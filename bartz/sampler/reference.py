@@ -92,7 +92,7 @@ def num_exhausted(var_tree, split_tree, max_split, heap_size):
 
 
 def node_ranges(var_tree, split_tree, max_split, node):
-    """Usable split indices ``lo + 1 .. hi`` of every predictor at `node`,
+    """Usable split indices ``lo + 1, ..., hi`` of every predictor at `node`,
     given the rules of its ancestors: two ``(p,)`` int32 arrays."""
     heap_size = 2 * split_tree.shape[0]
     p = max_split.shape[0]

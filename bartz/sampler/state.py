@@ -87,6 +87,7 @@ class MoveKinds:
 
     @property
     def grow_prune_only(self) -> bool:
+        """Whether only GROW and PRUNE can be proposed (R's birth/death sampler)."""
         return not (self.enabled[CHANGE] or self.enabled[SWAP])
 
 
