@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 PYTEST := $(VENV_PYTHON) -m pytest -n 2 --dist loadfile
 
-.PHONY: test test-slow demo bench docs
+.PHONY: test test-slow demo bench notebooks docs
 
 test: $(STAMP)
 	$(PYTEST) -m "not slow"
@@ -22,6 +22,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV_PYTHON) benchmarks/speed.py
+
+# run every notebook and store it with its new outputs
+notebooks: $(STAMP)
+	$(VENV_PYTHON) notebooks/execute.py
 
 # the site from the docs and the docstrings, into docs/_build/html; any warning fails it (docs/testing.md).
 # The API pages are generated afresh: a stale one of a module no longer listed would fail the build.
