@@ -373,7 +373,8 @@ class BARTFit:
         mixing sigma is reported, not warned (see
         `bartz.diagnostics.convergence_problems`).
         """
-        table, problems, _ = self._diagnostics(x_train)
+        table = self._diagnostics(x_train)
+        problems = table.attrs['problems']
         if problems:
             msg = diagnostics.convergence_message(problems, self.chains)
             warnings.warn(msg, diagnostics.ConvergenceWarning, stacklevel=2)
@@ -387,7 +388,8 @@ class BARTFit:
         Returns a `str` that displays as text in a notebook; `x_train` as
         in `diagnostics`.
         """
-        table, problems, notes = self._diagnostics(x_train)
+        table = self._diagnostics(x_train)
+        problems, notes = table.attrs['problems'], table.attrs['notes']
         lines = [repr(self), f'{self.chains} chain{"s" if self.chains > 1 else ""}, {self.ndpost} kept draws']
         if self.accept_rate:
             lines.append('acceptance: ' + ', '.join(f'{move} {rate:.1%}' for move, rate in self.accept_rate.items()))
@@ -408,7 +410,7 @@ class BARTFit:
         return _Text('\n'.join(lines))
 
     def _diagnostics(self, x_train):
-        """The table of `diagnostics`, the warned and the reported findings."""
+        """The table of `diagnostics`, with the check's findings in its ``attrs``."""
         per_chain = self.ndpost // self.chains
         if per_chain < diagnostics.MIN_DRAWS:
             msg = (
@@ -447,7 +449,8 @@ class BARTFit:
             }
         sigma_row = rows.get('sigma', {})
         median = rows.get('yhat_train (median point)', {})
-        stuck = diagnostics.convergence_statistics(changed=self._trees_changed()).stuck
+        changed = self._trees_changed()
+        stuck = () if changed is None else diagnostics.stuck_chains(changed)
         problems, notes = diagnostics.assess(
             diagnostics.ConvergenceStatistics(
                 sigma_row.get('rhat'), sigma_row.get('ess_bulk'), median.get('rhat'), num_points or 0, stuck, self.chains
@@ -455,7 +458,7 @@ class BARTFit:
         )
         table = pd.DataFrame(rows).T
         table.attrs.update(problems=problems, notes=notes, advice=diagnostics.notes_message(notes))
-        return table, problems, notes
+        return table
 
     def _trees_changed(self):
         """`bartz.diagnostics.trees_changed` of the kept forests, or None

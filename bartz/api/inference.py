@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from bartz.diagnostics import check_points, trees_changed
+from bartz.diagnostics import check_points
 from bartz.prep import checks, priors
 
 __all__ = ['to_inference_data']
@@ -152,7 +152,7 @@ def _sample_stats(fit, chains, per_chain) -> dict:
     internal = np.count_nonzero(split_tree, axis=(1, 2))  # (a node splits iff its index is nonzero)
     stats = {'leaves': (1 + internal / fit.ntree).reshape(chains, per_chain)}
     changed = np.full((chains, per_chain), np.nan)
-    changed[:, 1:] = trees_changed(trace.var_tree, split_tree, chains)
+    changed[:, 1:] = fit._trees_changed()  # noqa: SLF001
     stats['trees_changed'] = changed
     stats['varcount'] = np.asarray(fit.varcount).reshape(chains, per_chain, -1)
     return stats

@@ -53,6 +53,7 @@ from bartz.diagnostics.convergence import (
     convergence_problems,
     convergence_statistics,
     notes_message,
+    stuck_chains,
     trees_changed,
 )
 from bartz.diagnostics.mixing import ess, ess_bulk, ess_tail, rhat
@@ -79,6 +80,7 @@ __all__ = [
     'geweke',
     'rhat',
     'notes_message',
+    'stuck_chains',
     'summary',
     'trees_changed',
 ]

@@ -36,6 +36,7 @@ __all__ = [
     'convergence_problems',
     'convergence_statistics',
     'notes_message',
+    'stuck_chains',
     'trees_changed',
 ]
 
@@ -148,13 +149,34 @@ def convergence_statistics(
                 rhat_f = float(np.nanmedian(r))
     stuck = ()
     if changed is not None:
-        changed = np.asarray(changed)
-        num_chains = changed.shape[0]
-        if changed.shape[1] >= MIN_DRAWS - 1:
-            moves = changed.sum(axis=1)
-            if np.any(moves > 0):  # with no move anywhere, the data may admit none
-                stuck = tuple(int(c) for c in np.flatnonzero(moves == 0))
+        num_chains = np.shape(changed)[0]
+        stuck = stuck_chains(changed)
     return ConvergenceStatistics(rhat_sigma, ess_sigma, rhat_f, num_points, stuck, num_chains)
+
+
+def stuck_chains(changed: ArrayLike) -> tuple[int, ...]:
+    """The chains whose trees never changed during their kept draws while
+    another chain's did.
+
+    Parameters
+    ----------
+    changed : array_like
+        Trees changed from draw to draw, ``(chains, draws - 1)``
+        (`trees_changed`).
+
+    Returns
+    -------
+    tuple of int
+        The stuck chains' indices; empty with fewer than 4 draws per chain,
+        or when no chain moved (the data may admit no split).
+    """
+    changed = np.asarray(changed)
+    if changed.shape[1] < MIN_DRAWS - 1:
+        return ()
+    moves = changed.sum(axis=1)
+    if not np.any(moves > 0):
+        return ()
+    return tuple(int(c) for c in np.flatnonzero(moves == 0))
 
 
 def assess(stats: ConvergenceStatistics) -> tuple[list, list]:
