@@ -248,9 +248,9 @@ def test_alligator_agrees_with_r(alligator_fit):
     strict=True,
     reason=(
         'bartz and R differ by more than Monte Carlo error on alligator (about 4 standard errors RMS, up '
-        "to 0.55 posterior sd) in every step, the first plain probit fit included; bartz's probit sweep "
-        "passes the Geweke and exact one-tree tests while R's under-grows its stated tree prior: see the "
-        "user guide, Multinomial outcomes"
+        "to 0.55 posterior sd) in every step: R's sampler draws a birth's variable among all predictors and "
+        'halves the birth ratio from a two-leaf tree; emulating both reproduces R (user guide, Multinomial '
+        'outcomes)'
     ),
 )
 def test_alligator_within_monte_carlo_error(alligator_fit):
