@@ -223,6 +223,8 @@ _BAD_INPUTS = [
     ('seed_str', {'seed': 'abc'}, TypeError, 'seed'),
     ('seed_float', {'seed': 1.5}, TypeError, 'seed'),
     ('seed_neg', {'seed': -1}, ValueError, 'seed'),
+    ('moves_string', {'moves': 'r'}, ValueError, r"moves must be 'R'.*got the string 'r'"),
+    ('moves_no_prune', {'moves': ('grow',)}, ValueError, 'moves must include'),
     # weights
     ('w_zero', {'w': _with(np.ones(20), 3, 0.0)}, ValueError, r'\bw\b'),
     ('w_neg', {'w': -np.ones(20)}, ValueError, r'\bw\b'),

@@ -763,6 +763,7 @@ def test_bookkeeping_weighted_padded():
 
 
 MOVE_SETTINGS['mixed'] = {'grow': 0.2, 'prune': 0.2, 'change': 0.3, 'swap': 0.3}
+MOVE_SETTINGS['R'] = 'R'  # R BART 2.9.9's sampler (not in the prior tests above: not the stated prior)
 
 
 @jax.jit
@@ -860,6 +861,22 @@ def test_grow_prune_compiled_alone(weighted, blocked):
     assert int(np.sum(info.grow_accepted)) > 10 and int(np.sum(info.prune_accepted)) > 0
     assert int(np.sum(info.change_proposed)) == 0 and int(np.sum(info.swap_proposed)) == 0
     assert_same_chain(alone, every)
+
+
+def test_r_birth_chain():
+    """R BART 2.9.9's sampler (``move_probs='R'``) runs a valid chain: its
+    births of a variable with no cut-point left are refused (the trees keep
+    their cut-point ranges and at least the minimum points in every leaf),
+    only GROW and PRUNE are proposed, and its chain is not the stated
+    prior's grow/prune chain."""
+    state = data_state(7, moves='R')
+    assert state.move_kinds.r_birth == 'all'
+    r_chain, info = run_fresh(7, state)
+    check_state(r_chain, DATA_MIN_POINTS)
+    assert int(np.sum(info.grow_accepted)) > 10 and int(np.sum(info.prune_accepted)) > 0
+    assert int(np.sum(info.change_proposed)) == 0 and int(np.sum(info.swap_proposed)) == 0
+    stated, _ = run_fresh(7, data_state(7, moves='gp'))
+    assert not np.array_equal(np.asarray(r_chain.forest.split_tree), np.asarray(stated.forest.split_tree))
 
 
 # (weighted: with the slow tests, 30 s of compilation)

@@ -27,7 +27,7 @@ from bartz.sampler.moves import CHANGE, GROW, PRUNE, SWAP, Moves
 # ---------------------------------------------------------------- random trees
 
 
-def _state(rng, *, p, n=200, max_split, max_depth=6, num_trees=100, log_s=None, move_probs=None):
+def _state(rng, *, p, n=200, max_split, max_depth=6, num_trees=100, log_s=None, move_probs=None, r_birth=None):
     max_split = np.broadcast_to(np.asarray(max_split, np.int32), (p,))
     X = np.stack([rng.integers(0, m + 1, size=n) for m in max_split]).astype(np.uint8)
     y = np.sin(X[0] * 3.0 / max(max_split[0], 1)) + (X[1 % p] > max_split[1 % p] // 2) + rng.normal(scale=0.1, size=n)
@@ -42,6 +42,7 @@ def _state(rng, *, p, n=200, max_split, max_depth=6, num_trees=100, log_s=None, 
         sigma2_beta=0.01,
         log_s=None if log_s is None else jnp.asarray(log_s, jnp.float32),
         move_probs=move_probs,
+        r_birth=r_birth,
     )
 
 
@@ -276,3 +277,59 @@ def test_propose_moves_as_the_reference():
     proposed = jax.jit(mcmcstep.propose_moves)(key, state)
     u = uniform(key, (state.forest.split_tree.shape[0], 4))
     _assert_same(proposed, _reference(*_proposal_args(state, u, None)))
+
+
+@pytest.mark.parametrize('case', ['exhausted', 'dart'])
+def test_r_birth_matches_reference(case):
+    """R BART 2.9.9's birth (`moves.propose_tree`'s ``r_birth``, compiled
+    for GROW and PRUNE alone and the state's static facts) proposes the
+    reference's moves, where the reference writes the death's node count as
+    R does; both departures from the stated prior happen in these trees (a
+    variable drawn with no usable cut-point, refused; a birth below the
+    root of a two-leaf tree), and with ``'usable'`` the variable is always
+    usable."""
+    rng = np.random.default_rng(list(CASES).index(case))
+    state = CASES[case](rng)
+    m = state.forest.split_tree.shape[0]
+    kinds = state.move_kinds
+    two_leaf = np.asarray(state.forest.split_tree[:, 1] > 0) & np.all(np.asarray(state.forest.split_tree[:, 2:4]) == 0, 1)
+    assert two_leaf.any()
+    for r_birth in ('all', 'usable'):
+        fast = _fast(kinds=_GROW_PRUNE, exhaustible=kinds.exhaustible, uniform_splits=kinds.uniform_splits, r_birth=r_birth)
+        reference_r = jax.jit(jax.vmap(functools.partial(reference.propose_tree, r_birth=r_birth), _IN_AXES))
+        refused = below_root = 0
+        for key in random.split(random.key(7), 8):
+            args = _proposal_args(state, _uniforms(key, m), 'R')
+            expected = reference_r(*args)
+            _assert_same(fast(*args), expected)
+            grow = np.asarray(expected.allowed) & (np.asarray(expected.kind) == GROW)
+            refused += np.count_nonzero(grow & np.isneginf(np.asarray(expected.log_ratio_tree)))
+            below_root += np.count_nonzero(grow & two_leaf & (np.asarray(expected.node) >> 1 == 1))
+        assert below_root > 0
+        assert (refused > 0) == (r_birth == 'all'), refused
+        plain = _reference(*args)  # the stated prior's birth differs
+        differs = np.asarray(plain.log_ratio_tree) != np.asarray(expected.log_ratio_tree)
+        assert np.any(differs & grow)
+
+
+def test_r_birth_needs_grow_and_prune_alone():
+    """`init` and `propose_tree` refuse R's birth with CHANGE or SWAP, and an
+    unknown ``r_birth``; ``move_probs='R'`` is GROW and PRUNE 1/2 each with
+    R's birth, ``augment=FALSE`` unless told."""
+    rng = np.random.default_rng(3)
+    np.testing.assert_array_equal(moves.move_probs_array('R'), [0.5, 0.5, 0, 0])
+    assert _state(rng, p=4, max_split=3, move_probs='R').move_kinds.r_birth == 'all'
+    assert _state(rng, p=4, max_split=3, move_probs=('grow', 'prune')).move_kinds.r_birth is None
+    assert moves.r_birth_of('R', augment=True) == 'usable'
+    assert moves.r_birth_of(None) is None
+    with pytest.raises(ValueError, match="got the string 'r'"):
+        moves.move_probs_array('r')
+    with pytest.raises(ValueError, match='grow and prune alone'):
+        mcmcstep.init(
+            X=jnp.zeros((2, 10), jnp.uint8), max_split=jnp.full(2, 3), y=jnp.zeros(10), num_trees=2,
+            leaf_prior_var=0.1, r_birth='all',
+        )
+    with pytest.raises(ValueError, match='r_birth must be'):
+        _state(rng, p=4, max_split=3, move_probs='R', r_birth='some')
+    with pytest.raises(ValueError, match='GROW and PRUNE alone'):
+        _fast(r_birth='all')(*_proposal_args(_state(rng, p=4, max_split=3), _uniforms(random.key(0), 100), None))

@@ -219,14 +219,16 @@ def alligator():
     return cells[rows], codes['food'][rows], cells
 
 
-@pytest.fixture(scope='module')
-def alligator_fit():
-    """R's ``mc.mbart(x.train, y.train, x.test, mc.cores=1, seed=99)``, and
+@pytest.fixture(scope='module', params=[(None, 99), ('R', 99), ('R', 1)], ids=['default-99', 'R-99', 'R-1'])
+def alligator_fit(request):
+    """R's ``mc.mbart(x.train, y.train, x.test, mc.cores=1, seed=99)`` with
+    bartz's default sampler and with R's (``moves='R'``, two seeds), and
     R's ``prob.test.mean`` of it (``reference/alligator_mbart.csv``)."""
+    moves, seed = request.param
     x_train, y_train, x_test = alligator()
-    fit = bartz.mc_mbart(x_train, y_train, x_test, mc_cores=1, seed=99, **QUIET)
+    fit = bartz.mc_mbart(x_train, y_train, x_test, mc_cores=1, seed=seed, moves=moves, **QUIET)
     reference = pd.read_csv(r_data() / 'reference' / 'alligator_mbart.csv').sort_values(['row', 'category'])
-    return fit, reference['prob_mean'].to_numpy()
+    return moves, fit, reference['prob_mean'].to_numpy()
 
 
 @pytest.mark.slow
@@ -234,7 +236,7 @@ def test_alligator_agrees_with_r(alligator_fit):
     """R's alligator.R: bartz's prob.test.mean is R's to within a fraction
     of the posterior sd of each probability (the draws' spread), and the
     two correlate as R's demo checks against nnet's fit (r^2)."""
-    fit, r_mean = alligator_fit
+    _, fit, r_mean = alligator_fit
     assert fit.prob_test_mean.shape == r_mean.shape == (80 * 5,)
     sd = fit.prob_test.std(axis=0, ddof=1)
     gap = np.abs(fit.prob_test_mean - r_mean) / sd
@@ -244,26 +246,24 @@ def test_alligator_agrees_with_r(alligator_fit):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        'bartz and R differ by more than Monte Carlo error on alligator (about 4 standard errors RMS, up '
-        "to 0.55 posterior sd) in every step: R's sampler draws a birth's variable among all predictors and "
-        'halves the birth ratio from a two-leaf tree; emulating both reproduces R (user guide, Multinomial '
-        'outcomes)'
-    ),
-)
 def test_alligator_within_monte_carlo_error(alligator_fit):
-    """Both sides estimate the same posterior means with chains of the same
-    length, so the standard error of the difference is about sqrt(2) times
-    bartz's (sd / sqrt(ESS) of the draws); with 400 correlated
-    comparisons, |z| < 4.5 each."""
-    fit, r_mean = alligator_fit
+    """With R's sampler (``moves='R'``) bartz reproduces R within Monte Carlo
+    error: both sides estimate the same posterior means with chains of the
+    same length, so the standard error of the difference is about sqrt(2)
+    times bartz's (sd / sqrt(ESS) of the draws); with 400 correlated
+    comparisons, |z| < 4.5 each. bartz's default samples the stated prior,
+    which R's sampler does not: there the means differ by several standard
+    errors (user guide, Multinomial outcomes)."""
+    moves, fit, r_mean = alligator_fit
     ess = bartz.diagnostics.ess(fit.prob_test, chain_axis=None, draw_axis=0)
     se = fit.prob_test.std(axis=0, ddof=1) / np.sqrt(ess)
     z = (fit.prob_test_mean - r_mean) / (np.sqrt(2) * se)
-    assert np.abs(z).max() < 4.5, np.abs(z).max()
-    assert np.sqrt(np.mean(z**2)) < 1.5
+    rms = np.sqrt(np.mean(z**2))
+    if moves == 'R':
+        assert np.abs(z).max() < 4.5, np.abs(z).max()
+        assert rms < 1.5, rms
+    else:
+        assert rms > 2.5, rms
 
 
 def test_save_load_mbart(tiny, tmp_path):

@@ -251,9 +251,11 @@ def test_recovers_exponential_survival(seed):
 
 
 @pytest.mark.slow
-def test_lung_demo():
+@pytest.mark.parametrize('moves', [None, 'R'])
+def test_lung_demo(moves):
     """R's demo/lung.surv.bart.R, line by line: the partial dependence of S(t, x) on sex
-    agrees with R's (reference/lung_surv_pd.csv) within Monte Carlo error.
+    agrees with R's (reference/lung_surv_pd.csv) within Monte Carlo error; closer with
+    R's sampler (``moves='R'``), whose tree prior is R's.
 
     Both sides are estimates: the standard error of the difference combines ours (the sd
     of our draws over their ESS) and R's (the sd from R's 95% interval over the same ESS:
@@ -268,7 +270,9 @@ def test_lung_demo():
     times = np.ceil(lung['time'] / 7).to_numpy()  # weeks
     delta = (lung['status'] - 1).to_numpy()  # 0 censored, 1 dead
     x_train = np.column_stack([lung['sex'], lung['age'], lung['ph.karno']]).astype(float)
-    post = bartz.mc_surv_bart(x_train=x_train, times=times, delta=delta, mc_cores=1, seed=99, printevery=None)
+    post = bartz.mc_surv_bart(
+        x_train=x_train, times=times, delta=delta, mc_cores=1, seed=99, printevery=None, moves=moves
+    )
     pre = bartz.surv_pre_bart(times=times, delta=delta, x_train=x_train, x_test=x_train)
     K, M = pre.K, post.ndpost
     tx_test = np.vstack([pre.tx_test, pre.tx_test])
@@ -283,8 +287,9 @@ def test_lung_demo():
     se_ours = pd_draws.std(axis=0, ddof=1) / np.sqrt(ess)
     se_r = (ref['hi'] - ref['lo']).to_numpy() / (2 * 1.96) / np.sqrt(ess)
     z = (pd_draws.mean(axis=0) - ref['mean'].to_numpy()) / np.hypot(se_ours, se_r)
-    assert np.all(np.abs(z) < 5), z
-    assert np.mean(np.abs(z)) < 2.5, z
+    # (|z| averages 0.8 for standard normal z; the default's stated prior is not R's)
+    assert np.all(np.abs(z) < (4.5 if moves == 'R' else 5)), z
+    assert np.mean(np.abs(z)) < (1.5 if moves == 'R' else 2.5), z
     # and the quantiles R reports: ours within a few posterior sds' Monte Carlo error of R's
     lo, hi = np.quantile(pd_draws, [0.025, 0.975], axis=0)
     width = ref['hi'].to_numpy() - ref['lo'].to_numpy()

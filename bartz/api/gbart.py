@@ -164,7 +164,9 @@ def gbart(
         means more sparsity.
     augment
         DART's data augmentation (Linero 2018), as R's ``augment``;
-        ignored without ``sparse``, as R. It makes the update of the split
+        ignored without ``sparse``, as R (but with ``moves='R'`` it also
+        makes a birth draw its variable among the usable predictors, as
+        R). It makes the update of the split
         probabilities exact where some predictors have no usable cut-point
         at a split node: bartz draws the latent rejected variable draws
         from their conditional law, where R adds deterministic counts
@@ -243,7 +245,13 @@ def gbart(
         the moves of positive probability are compiled: ``('grow',
         'prune')`` compiles and runs faster. Deviation from R: R's BART has
         birth and death steps only, so the default (with CHANGE and SWAP)
-        is not R's sampler; ``('grow', 'prune')`` is.
+        is not R's sampler; ``('grow', 'prune')`` has R's steps with the
+        stated prior. ``'R'`` is R BART 2.9.9's sampler as it is, its two
+        departures from the stated tree prior included (a birth's split
+        variable drawn among all predictors unless `augment`, a draw with
+        no usable cut-point refused; a birth from a two-leaf tree at half
+        its ratio; `bartz.sampler.moves`): to reproduce R's results within
+        Monte Carlo error, not the stated prior's.
     save_yhat_train
         Keep the ``(ndpost, n)`` training draws (R always does); set False
         on huge n to save memory (``yhat_train_mean`` is still computed).

@@ -112,6 +112,7 @@ def initial_state(X, splits, log_s, prior, w, outcome, settings, mesh, group, ce
         valid=valid,
         dart=dart if settings.sparse else None,
         move_probs=settings.move_probs,
+        r_birth=settings.r_birth,
         censor_bound=censor_bound,
     )
     return X, state

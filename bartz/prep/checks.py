@@ -20,7 +20,7 @@ from jax import numpy as jnp
 from bartz.kernels import rng as _random
 from bartz.forest import grove
 from bartz.run import sharding
-from bartz.sampler.moves import move_probs_array
+from bartz.sampler.moves import move_probs_array, r_birth_of
 
 
 # ---------------------------------------------------------------- arrays
@@ -394,6 +394,7 @@ class Settings(NamedTuple):
     save_yhat_train: bool
     warmstart: int  # grow-from-root sweeps before the MCMC
     move_probs: object = None  # (4,) float32 numpy: grow, prune, change, swap
+    r_birth: str | None = None  # R's birth ('all', 'usable') for moves='R' (`bartz.sampler.moves.r_birth_of`)
 
 
 def check_settings(
@@ -474,6 +475,7 @@ def check_settings(
         save_yhat_train=bool(save_yhat_train),
         warmstart=_check_int('warmstart', warmstart, 0),
         move_probs=move_probs_array(moves),
+        r_birth=r_birth_of(moves, bool(augment)),
     )
 
 

@@ -55,6 +55,20 @@ machine tricks (packed masks, element-wise reductions, values kept in
 kernels of their own) in `_move_bits`, the cells of the sweep in
 `_move_cells`; `bartz.sampler.reference` is the same proposal, plainly.
 
+R's birth step. R BART 2.9.9 (``moves='R'``, ``r_birth`` of `propose_tree`)
+proposes GROW and PRUNE only, and its birth differs from the one above in
+two ways. With ``augment=FALSE`` (R's default) it draws the split variable
+among all predictors, not only those with a usable cut-point at the leaf;
+such a variable gets an ancestor's cut-point, which empties a child, and
+R's rule of five points per leaf refuses the move (here: a log ratio of
+-inf). The chain's rule prior is then ``s_v / sum of all s`` where the
+stated one is ``s_v / sum of the usable s``. And its probability of
+choosing, back in the proposed tree, the new parent for a death counts one
+node too many when the leaf's parent is the root of a two-leaf tree (the
+root is never classed as a node with two leaf children): a birth there gets
+half the ratio it should. The second is not in detailed balance; it is
+reproduced so that R's results can be.
+
 The log ratio of each kind is a sum of named terms (`TERM_PERTURBATION`
 and `TERM_SCALE` let the tests perturb any one of them and check that the
 prior test notices).
@@ -84,6 +98,7 @@ from bartz.sampler._move_bits import (
     bits_at,
     choose_set_bit,
     computed,
+    finite_or_zero,
     first_above,
     level_of_node,
     num_exhausted,
@@ -121,6 +136,7 @@ __all__ = [
     'node_ranges',
     'num_exhausted',
     'propose_tree',
+    'r_birth_of',
 ]
 MOVE_NAMES = ('grow', 'prune', 'change', 'swap')
 DEFAULT_MOVE_PROBS = {'grow': 0.25, 'prune': 0.25, 'change': 0.4, 'swap': 0.1}
@@ -146,6 +162,7 @@ def move_probs_array(moves=None) -> np.ndarray:
         ``('grow', 'prune')``: 1/2 each); or a dict ``{name: probability}``
         (missing names get 0; renormalised). GROW and PRUNE must both have
         positive probability (without them the chain is not irreducible).
+        ``'R'``: GROW and PRUNE 1/2 each, with R's birth (`r_birth_of`).
     """
     if moves is None:
         probs = dict(DEFAULT_MOVE_PROBS)
@@ -175,8 +192,13 @@ def move_probs_array(moves=None) -> np.ndarray:
                 raise ValueError(msg)
             probs[name] = value
     elif isinstance(moves, str):
-        msg = f'moves must be a sequence of move names or a dict of probabilities, got the string {moves!r}'
-        raise ValueError(msg)
+        if moves != 'R':
+            msg = (
+                "moves must be 'R' (R BART's birth/death sampler), a sequence of move names or a dict of "
+                f'probabilities, got the string {moves!r}'
+            )
+            raise ValueError(msg)
+        probs = {'grow': 0.5, 'prune': 0.5}
     else:
         try:
             names = list(moves)
@@ -194,6 +216,16 @@ def move_probs_array(moves=None) -> np.ndarray:
             raise ValueError(msg)
     out = np.array([probs.get(name, 0.0) for name in MOVE_NAMES], np.float64)
     return (out / out.sum()).astype(np.float32)
+
+
+def r_birth_of(moves, augment=False) -> str | None:
+    """The ``r_birth`` of `propose_tree` for a move specification of
+    `move_probs_array`: for ``'R'``, ``'all'`` or with R's ``augment=TRUE``
+    ``'usable'`` (R draws a birth's variable among the usable predictors
+    then); None for any other (the stated prior's birth)."""
+    if isinstance(moves, str) and moves == 'R':
+        return 'usable' if augment else 'all'
+    return None
 
 
 class Moves(NamedTuple):
@@ -251,6 +283,7 @@ def propose_tree(
     entries=False,
     exhaustible=None,
     uniform_splits=False,
+    r_birth=None,
 ) -> Moves:
     """Propose a move for one tree (the data enter in the sweep).
 
@@ -286,6 +319,12 @@ def propose_tree(
         Static: `log_s` is all 0 (uniform split probabilities): it is
         taken as constants, which XLA folds, and the maxima that shift its
         exponentials are 0 too.
+    r_birth
+        Static: None for the birth above; ``'all'`` or ``'usable'`` for R
+        BART 2.9.9's birth (see the module's notes) with ``augment=FALSE``
+        (the variable among all predictors with cut-points) or
+        ``augment=TRUE`` (among those usable at the leaf). Only with GROW
+        and PRUNE alone in `kinds`.
 
     Notes
     -----
@@ -303,6 +342,7 @@ def propose_tree(
     checks the result against `bartz.sampler.reference.propose_tree`.
     """
     heap_size = 2 * split_tree.shape[0]
+    _check_r_birth(r_birth, kinds)
     if uniform_splits:
         log_s = np.zeros(log_s.shape, np.float32)
     slot = jnp.arange(heap_size, dtype=jnp.int32)
@@ -330,7 +370,13 @@ def propose_tree(
     rule_a, rule_b = pair_rules(path, depth_n, depth_k)
     usable = usable_at(path, depth_k, max_split, one)
     rule_a, rule_b, usable, norms = rule_normalisers(rule_a, rule_b, usable, log_s, nodes.dc, one, uniform_splits)
-    new_rule = draw_rule(path, depth_k, usable, log_s, max_split, norms.shift, u_var, u_split, one)
+    drawable, shift = usable, norms.shift
+    if r_birth == 'all':
+        drawable = max_split > 0
+        shift = 0.0 if uniform_splits else finite_or_zero(jnp.max(jnp.where(drawable, log_s, -jnp.inf)))
+    new_rule = draw_rule(path, depth_k, drawable, log_s, max_split, shift, u_var, u_split, one)
+    if r_birth == 'all':  # a variable with no cut-point left at n gets one that empties a child, not 0 (no rule)
+        new_rule = new_rule._replace(split=jnp.maximum(new_rule.split, 1))
 
     # the split probabilities of the nodes the move changes, in the proposed tree
     exhausted_k = jnp.where(is_swap, near.exhausted[4], near.exhausted[0])
@@ -343,6 +389,8 @@ def propose_tree(
     log_move, log_nodes = _log_proposal_ratio(kind, pick, kinds, move_probs, now.log_probs, counts_now, counts_new)
     grow_prior, prune_prior, change_prior = _log_prior_terms(near_p_split[0], children_now, children_new)
     swap_prior = _swap_prior_terms(rule_a, rule_b, swapped, norms, near_p_split[0], leaves_now)
+    if r_birth is not None:
+        grow_prior.update(_r_birth_terms(r_birth, n, near, usable, new_rule))
     terms = {
         'grow': {'move': log_move, 'node': log_nodes, **grow_prior},
         'prune': {'move': log_move, 'node': log_nodes, **prune_prior},
@@ -354,6 +402,27 @@ def propose_tree(
     cells = cell_tables(kind, possible, pick, nodes, slot, now.leaf, one)
     rules = _rules_to_set(kind, possible, pick, nodes, new_rule, rule_a, rule_b)
     return _as_moves(possible, kind, is_swap, nodes, new_rule, rule_b, log_ratio, cells, rules, now.leaf, entries)
+
+
+def _check_r_birth(r_birth, kinds):
+    if r_birth not in (None, 'all', 'usable'):
+        msg = f"r_birth must be None, 'all' or 'usable', got {r_birth!r}"
+        raise ValueError(msg)
+    if r_birth is not None and (kinds[CHANGE] or kinds[SWAP]):
+        msg = f'r_birth (R BART 2.9.9\'s birth/death sampler) needs GROW and PRUNE alone, got kinds={kinds}'
+        raise ValueError(msg)
+
+
+def _r_birth_terms(r_birth, n, near, usable, new_rule) -> dict:
+    """GROW's terms of R BART 2.9.9's birth at leaf n (module notes):
+    'r_variable', -inf for a variable with no usable cut-point at n
+    (``'all'``: R refuses it), and 'r_nog', -log 2 when n's parent is the
+    root of a two-leaf tree (R's count of the proposed tree's nodes with two
+    leaf children is one too many there)."""
+    terms = {'r_nog': jnp.where(((n >> 1) == 1) & near.leaf[3], -jnp.log(2.0), 0.0)}
+    if r_birth == 'all':
+        terms['r_variable'] = jnp.where(usable[new_rule.var], 0.0, -jnp.inf)
+    return terms
 
 
 def _as_moves(possible, kind, is_swap, nodes, new_rule, rule_b, log_ratio, cells, rules, leaf, entries) -> Moves:

@@ -187,7 +187,7 @@ def _sum_terms(terms):
     return total
 
 
-def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs) -> Moves:
+def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_probs, r_birth=None) -> Moves:
     """Propose a move for one tree: `bartz.sampler.moves.propose_tree`, plainly.
 
     Parameters
@@ -198,6 +198,9 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
         The tree, shape ``(H/2,)``.
     max_split, log_s, p_nonterminal, move_probs
         As in `bartz.sampler.moves.propose_tree`.
+    r_birth
+        Static: R BART 2.9.9's birth, as in `bartz.sampler.moves.propose_tree`
+        (here GROW's terms are written as R's birth proposal computes them).
 
     Returns
     -------
@@ -219,13 +222,17 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
 
     # a new rule at k from the prior (GROW, CHANGE): a usable variable by its
     # split probability, a split index uniform in its range
+    # (R with augment=FALSE: among all predictors with cut-points)
     lo_k, hi_k = node_ranges(var_tree, split_tree, max_split, k)
     usable = hi_k > lo_k
-    shift = jnp.max(jnp.where(usable, log_s, -jnp.inf))
-    var_weight = jnp.where(usable, jnp.exp(log_s - jnp.where(jnp.isfinite(shift), shift, 0.0)), 0.0)
+    drawable = max_split > 0 if r_birth == 'all' else usable
+    shift = jnp.max(jnp.where(drawable, log_s, -jnp.inf))
+    var_weight = jnp.where(drawable, jnp.exp(log_s - jnp.where(jnp.isfinite(shift), shift, 0.0)), 0.0)
     var = _choose_weighted(var_weight, u_var).astype(jnp.int32)
     split = lo_k[var] + 1 + jnp.floor(u_split * (hi_k[var] - lo_k[var])).astype(jnp.int32)
     split = jnp.minimum(split, hi_k[var])
+    if r_birth == 'all':  # no cut-point left for var at k: one that empties a child (R: an ancestor's)
+        split = jnp.maximum(split, 1)
 
     # SWAP: rule A at k, rule B at c
     k_int = jnp.minimum(k, half - 1)
@@ -248,6 +255,8 @@ def propose_tree(u, var_tree, split_tree, max_split, log_s, p_nonterminal, move_
     new = tree_summary(new_var_tree, new_split_tree, max_split, p_nonterminal, move_probs)
 
     terms = _log_ratio_terms(now, new, k, c, (var_tree, split_tree), (new_var_tree, new_split_tree), max_split, log_s)
+    if r_birth is not None:
+        terms[GROW].update(_r_birth_terms(now, k, usable[var]))
     log_ratio = pick([_sum_terms(t) for t in terms])
     cells = _cells(kind, possible, k, c, now.leaf)
     return Moves(
@@ -318,6 +327,21 @@ def _log_ratio_terms(now, new, k, c, tree, new_tree, max_split, log_s):
         'leaves': jnp.sum(jnp.log1p(-new.p_split[grandchildren]) - jnp.log1p(-now.p_split[grandchildren])),
     }
     return grow_terms, prune_terms, change_terms, swap_terms
+
+
+def _r_birth_terms(now, k, usable_var):
+    """GROW's terms where R BART 2.9.9's birth at leaf `k` differs: its
+    probability of choosing the new parent back in the proposed tree is
+    one over the nodes with two leaf children there, counted as the current
+    tree's plus one unless k's parent is one of them, and R never classes
+    the root as one; a variable with no usable cut-point at k empties a
+    child, which R refuses."""
+    parent_is_nog = (k >> 1 > 1) & now.leaf[k ^ 1]
+    nogs_new = jnp.where(k == 1, 1, jnp.where(parent_is_nog, now.counts[PRUNE], now.counts[PRUNE] + 1))
+    return {
+        'node': jnp.log(now.counts[GROW].astype(jnp.float32)) - jnp.log(nogs_new.astype(jnp.float32)),
+        'r_variable': jnp.where(usable_var, 0.0, -jnp.inf),
+    }
 
 
 def _cells(kind, possible, k, c, leaf):

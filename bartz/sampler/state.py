@@ -14,7 +14,7 @@ from jax import numpy as jnp
 from bartz.forest import grove
 from bartz.kernels.plan import SweepPlan, plan_sweep
 from bartz.sampler import polyagamma
-from bartz.sampler.moves import CHANGE, SWAP, move_probs_array
+from bartz.sampler.moves import CHANGE, SWAP, move_probs_array, r_birth_of
 
 
 class Forest(NamedTuple):
@@ -79,11 +79,15 @@ class MoveKinds:
     (`uniform_splits`: ``log_s`` all 0 at `init`, no DART to change it):
     the proposal then takes them as constants, which XLA folds into its
     code, and knows the maxima that shift their exponentials (0): fewer
-    kernels and a smaller program, the same draws bit for bit."""
+    kernels and a smaller program, the same draws bit for bit.
+
+    And whether GROW is R BART 2.9.9's birth (`r_birth`, with ``move_probs
+    'R'`` only; `bartz.sampler.moves` explains how it differs)."""
 
     enabled: tuple  # 4 bools: GROW, PRUNE, CHANGE, SWAP
     exhaustible: bool | None = None  # fewer predictors with cut-points than levels; None: checked at run time
     uniform_splits: bool = False  # log_s is 0 and stays so
+    r_birth: str | None = None  # R BART 2.9.9's birth: 'all' or 'usable' (`bartz.sampler.moves.propose_tree`); None: the stated prior's
 
     @property
     def grow_prune_only(self) -> bool:
@@ -91,10 +95,24 @@ class MoveKinds:
         return not (self.enabled[CHANGE] or self.enabled[SWAP])
 
 
-def _move_kinds(move_probs, max_split, max_depth: int, log_s, dart) -> MoveKinds:
+def _move_kinds(move_probs, max_split, max_depth: int, log_s, dart, r_birth) -> MoveKinds:
     exhaustible = int(np.count_nonzero(np.asarray(max_split) > 0)) < max_depth
     uniform = dart is None and not np.any(np.asarray(log_s))
-    return MoveKinds(tuple(bool(p > 0) for p in np.asarray(move_probs)), exhaustible, uniform)
+    enabled = tuple(bool(p > 0) for p in np.asarray(move_probs))
+    if r_birth is not None and (enabled[CHANGE] or enabled[SWAP]):
+        msg = f"r_birth={r_birth!r} (R BART's birth/death sampler) needs move_probs with grow and prune alone, e.g. 'R'"
+        raise ValueError(msg)
+    return MoveKinds(enabled, exhaustible, uniform, r_birth)
+
+
+def _check_r_birth(r_birth, move_probs):
+    """`init`'s ``r_birth``: None gives R's default for ``move_probs='R'``."""
+    if r_birth is None:
+        return r_birth_of(move_probs)
+    if r_birth not in ('all', 'usable'):
+        msg = f"r_birth must be None, 'all' or 'usable', got {r_birth!r}"
+        raise ValueError(msg)
+    return r_birth
 
 
 @jax.tree_util.register_static
@@ -164,6 +182,7 @@ def init(
     move_probs=None,
     plan: SweepPlan | None = None,
     censor_bound: jax.Array | None = None,
+    r_birth: str | None = None,
 ) -> State:
     """Make the initial state: every tree a single leaf with value 0.
 
@@ -231,7 +250,14 @@ def init(
         here (`bartz.sampler.moves.move_probs_array`); stored as an array, so
         changing a probability does not recompile, and with the set of
         kinds of positive probability (`MoveKinds`, static): only those are
-        compiled.
+        compiled. ``'R'``: R BART 2.9.9's sampler, GROW and PRUNE 1/2 each
+        with R's birth (`r_birth`).
+    r_birth
+        R BART 2.9.9's birth (`bartz.sampler.moves`): ``'all'`` (R's
+        ``augment=FALSE``: the split variable among all predictors with
+        cut-points) or ``'usable'`` (``augment=TRUE``); only with GROW and
+        PRUNE alone. None: ``'all'`` if `move_probs` is ``'R'``, else the
+        birth of the stated prior.
     valid
         Optional ``(n,)`` bool mask of real points. Other points (padding, so
         that ``n`` divides among devices) get leaf index 0, an unused heap
@@ -310,7 +336,9 @@ def init(
         plan=plan,
         censor_bound=_censor_bound(censor_bound, is_binary, valid),
     )
-    state = state._replace(move_kinds=_move_kinds(state.move_probs, max_split, max_depth, state.log_s, state.dart))
+    r_birth = _check_r_birth(r_birth, move_probs)
+    kinds = _move_kinds(state.move_probs, max_split, max_depth, state.log_s, state.dart, r_birth)
+    state = state._replace(move_kinds=kinds)
     # distinct device buffers for every field, so that the state can be donated
     return jax.tree.map(lambda x: x if x is X else jax.device_put(x), state)
 

@@ -129,9 +129,12 @@ def propose_moves(key, state: State) -> Moves:
     kinds = ALL_KINDS if state.move_kinds is None else state.move_kinds.enabled
     exhaustible = None if state.move_kinds is None else state.move_kinds.exhaustible
     uniform = state.move_kinds is not None and state.move_kinds.uniform_splits
+    r_birth = None if state.move_kinds is None else state.move_kinds.r_birth
     # (the small fields come as their entries, stacked here: fewer kernels
     # than stacked inside the vmap)
-    propose = functools.partial(propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible, uniform_splits=uniform)
+    propose = functools.partial(
+        propose_tree, kinds=kinds, entries=True, exhaustible=exhaustible, uniform_splits=uniform, r_birth=r_birth
+    )
     propose = jax.vmap(propose, in_axes=(0, 0, 0, None, None, None, None))
     moves = _programs.inlined(propose)(
         u, forest.var_tree, forest.split_tree, state.max_split, state.log_s, state.p_nonterminal, move_probs
