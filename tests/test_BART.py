@@ -257,6 +257,20 @@ def test_bad_input_raises_before_tracing(no_sampler, overrides, exc, match):
     assert events[_COMPILE_EVENT] == 0
 
 
+def test_moves_r_is_recorded_and_saved(tmp_path):
+    """``moves='R'`` runs R's birth/death sampler (no CHANGE or SWAP proposed),
+    and the fit says so (`moves`, `summary`), also after `save`/`load`; any
+    other setting records its probabilities."""
+    fit = gbart(VX, VY, moves='R', ndpost=20, nskip=10, printevery=None)
+    assert fit.moves == 'R'
+    assert fit.run_info.change_proposed == 0 and fit.run_info.swap_proposed == 0
+    assert "moves='R'" in fit.summary()
+    fit.save(tmp_path / 'r.npz')
+    assert bartz.load(tmp_path / 'r.npz').moves == 'R'
+    plain = gbart(VX, VY, moves=('grow', 'prune'), ndpost=20, nskip=10, printevery=None)
+    assert plain.moves == {'grow': 0.5, 'prune': 0.5, 'change': 0.0, 'swap': 0.0}
+
+
 @pytest.mark.parametrize(
     'overrides',
     [

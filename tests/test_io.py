@@ -446,6 +446,8 @@ CORRUPTIONS = {
     'ndpost_wrong': (_scalar('ndpost', 49), r'trace\.leaf_tree must be .* \(49, 20, H\)'),
     'ntree_float': (_scalar('ntree', 20.0), r'ntree must be a positive integer, got 20\.0'),
     'type_unknown': (_scalar('type', 'xbart'), r"type must be one of .*'wbart'.*got 'xbart'"),
+    'moves_unknown': (_scalar('moves', {'grow': 0.5, 'jump': 0.5}), r"moves must be 'R' or map move names"),
+    'moves_string': (_scalar('moves', 'r'), r"moves must be 'R' or map move names.*got 'r'"),
     'heap_not_power_of_2': (_array('trace.leaf_tree', lambda a: a[..., :48]), r'trace\.leaf_tree: heap size'),
     'var_tree_shape': (_array('trace.var_tree', lambda a: a[..., :16]), r'trace\.var_tree must be .*\(50, 20, 32\)'),
     'leaf_tree_dtype': (_array('trace.leaf_tree', lambda a: a.astype(np.float64)), r'trace\.leaf_tree must be float32'),
@@ -491,6 +493,17 @@ def test_rewritten_good_file_still_loads(fit, saved, tmp_path):
     _corrupt(saved, path)
     x, _ = _data(1, n=20)
     assert_array_equal(bartz.load(path).predict(x), fit.predict(x))
+
+
+def test_file_without_moves_loads(fit, saved, tmp_path):
+    """A file written before fits recorded their tree moves loads, with
+    ``moves`` None."""
+    path = tmp_path / 'older.npz'
+    _corrupt(saved, path, lambda scalars, _: scalars.pop('moves'))
+    loaded = bartz.load(path)
+    assert loaded.moves is None and fit.moves is not None
+    x, _ = _data(1, n=20)
+    assert_array_equal(loaded.predict(x), fit.predict(x))
 
 
 def test_load_accepts_other_layouts(tmp_path):

@@ -12,6 +12,7 @@ import numpy as np
 from bartz.api._fitfile import SPECIAL
 from bartz.forest import grove
 from bartz.prep import encoding, priors
+from bartz.sampler.moves import MOVE_NAMES
 
 __all__ = ['Invalid', 'check_contents', 'is_int']
 
@@ -41,6 +42,7 @@ _SCALAR_RULES = {
     'sigma_mean': (_FINITE, False),
     'elapsed': (_FINITE, False),
     'accept_rate': ('rates', False),
+    'moves': ('moves', False),
     'nkeep': ('nkeep', False),
 }
 # the rows of the draws that R's nkeep counts thin (`bartz.wbart`): size name -> key of ``nkeep``
@@ -195,6 +197,14 @@ def _check_scalar(name: str, value, rule: str) -> None:
     elif rule == _COUNT:
         if not is_int(value) or value < 1:
             msg = f'{name} must be a positive integer, got {value!r}'
+            raise Invalid(msg)
+    elif rule == 'moves':
+        if value is None or value == 'R':
+            return
+        if not isinstance(value, dict) or not set(value) <= set(MOVE_NAMES) or not all(
+            _is_number(v) and math.isfinite(v) and 0 <= v <= 1 for v in value.values()
+        ):
+            msg = f"{name} must be 'R' or map move names to probabilities in [0, 1], got {value!r}"
             raise Invalid(msg)
     elif rule == 'rates':
         if not isinstance(value, dict) or not all(

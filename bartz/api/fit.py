@@ -52,7 +52,7 @@ class BARTFit:
         Continuous only: error sd with burn-in (as R), kept draws, mean.
     varcount, varcount_mean, varprob, varprob_mean
         Splits on, and split probability of, each encoded column, per draw.
-    offset, sigest, ndpost, ntree, chains, accept_rate
+    offset, sigest, ndpost, ntree, chains, moves, accept_rate
         See the descriptions of the slots.
     """
 
@@ -97,6 +97,7 @@ class BARTFit:
             "varprob, ``sigma_``}; a kind not named (or None) has ndpost rows"
         ),
         # ---- the run
+        'moves': "the sampler's tree moves: {'grow': p, 'prune': p, 'change': p, 'swap': p}, or 'R' (R BART's sampler)",
         'accept_rate': "dict: acceptance rates of the 'grow', 'prune', 'change' and 'swap' moves",
         'elapsed': 'seconds of the MCMC run, compilation included',
         'run_info': 'bartz.mcmcloop.RunInfo of the run (None for a loaded fit)',
@@ -392,7 +393,9 @@ class BARTFit:
         problems, notes = table.attrs['problems'], table.attrs['notes']
         lines = [repr(self), f'{self.chains} chain{"s" if self.chains > 1 else ""}, {self.ndpost} kept draws']
         if self.accept_rate:
-            lines.append('acceptance: ' + ', '.join(f'{move} {rate:.1%}' for move, rate in self.accept_rate.items()))
+            sampler = " (R BART's sampler, moves='R')" if getattr(self, 'moves', None) == 'R' else ''
+            rates = ', '.join(f'{move} {rate:.1%}' for move, rate in self.accept_rate.items())
+            lines.append(f'acceptance{sampler}: {rates}')
         stats = []
         if 'sigma' in table.index:
             row = table.loc['sigma']

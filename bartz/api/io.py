@@ -318,6 +318,7 @@ def _check_header(header, where) -> dict:
 def _build(header: dict, arrays: dict, enc: encoding.Encoding) -> BARTFit:
     """The fit of a checked file."""
     fit = BARTFit()
+    fit.moves = None  # files written before fits recorded their tree moves
     for name, value in header['scalars'].items():
         setattr(fit, name, value)
     labels = enc.encoded_names

@@ -28,6 +28,7 @@ from bartz.api import predict as predict_mod
 from bartz.forest import grove
 from bartz.prep import cutpoints as prepcovars
 from bartz.prep import sizes as buckets
+from bartz.sampler.moves import MOVE_NAMES
 
 __all__ = [
     'STAGES',
@@ -101,6 +102,7 @@ def fit_attributes(*, outcome, settings, prior, encoding, splits, kept, trace, i
         '_mesh': mesh,
         'nkeep': None,  # every kind of draw has ndpost rows (R's thinning: `bartz.wbart`)
         'run_info': info,
+        'moves': 'R' if settings.r_birth else {m: round(float(q), 6) for m, q in zip(MOVE_NAMES, settings.move_probs, strict=True)},
         'accept_rate': {
             'grow': info.grow_accepted / max(info.grow_proposed, 1),
             'prune': info.prune_accepted / max(info.prune_proposed, 1),
