@@ -21,6 +21,7 @@ from bartz.forest import grove
 from bartz.api import fit as fit_mod
 from bartz.api import predict as predict_mod
 from bartz.forest import predict as pipeline
+from bartz.forest import trace as traces
 
 N, P, N_TEST = 100, 3, 30
 SMALL = {'ntree': 20, 'ndpost': 50, 'nskip': 20, 'printevery': None}
@@ -344,6 +345,26 @@ def test_compress_trace_sums(fit):
     total = np.asarray(grove.trace_sums(X, jax.device_put(compressed), kind='sum'))
     expected = np.asarray(grove.trace_sums(X, trace, kind='sum'))
     assert_allclose(total, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_compressed_steps_rounded_with_empty_padding(fit):
+    """The compressed trace's steps are the most runs of a tree rounded up by
+    `compressed_steps` (so that fits share a program), and the steps past a
+    tree's last run add nothing: zero leaves, its last structure."""
+    trace = fit._trace  # noqa: SLF001
+    split = np.asarray(trace.split_tree)
+    var = np.where(split != 0, np.asarray(trace.var_tree), 0)
+    ndraws = split.shape[0]
+    changed = np.any((split[1:] != split[:-1]) | (var[1:] != var[:-1]), axis=2)
+    runs = 1 + changed.sum(axis=0)
+    compressed = grove.compress_trace(trace)
+    steps = compressed.leaf_tree.shape[0]
+    assert steps == traces.compressed_steps(int(runs.max()), ndraws)
+    assert steps % -(-ndraws // 16) == 0 or steps == ndraws
+    for j, r in enumerate(runs):
+        assert not np.any(np.asarray(compressed.leaf_tree)[r:, j])
+        padding = np.asarray(compressed.split_tree)[r:, j]
+        assert_array_equal(padding, np.broadcast_to(split[-1, j], padding.shape))
 
 
 def _rss_bytes():

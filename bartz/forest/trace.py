@@ -23,6 +23,7 @@ __all__ = [
     'apply_link',
     'batch_points',
     'compress_trace',
+    'compressed_steps',
     'trace_sums',
 ]
 
@@ -218,10 +219,13 @@ def compress_trace(trace: TreeHeaps) -> TreeHeaps:
         Forests with a leading draws axis, ``(ndraws, m, ...)`` (numpy or
         concrete jax arrays).
 
+    The number of steps is rounded up (`compressed_steps`), so that the
+    traces of different fits share a compiled prediction program.
+
     Returns
     -------
-    A `TreeHeaps` with leading axis ``K``, the largest number of runs of
-    a tree (``K <= ndraws``), as numpy arrays.
+    A `TreeHeaps` with leading axis ``K <= ndraws``, the largest number of
+    runs of a tree rounded up by `compressed_steps`, as numpy arrays.
     """
     var = np.asarray(trace.var_tree)
     split = np.asarray(trace.split_tree)
@@ -232,7 +236,7 @@ def compress_trace(trace: TreeHeaps) -> TreeHeaps:
         return TreeHeaps(var, split, leaf)
     changed = np.any((split[1:] != split[:-1]) | (var[1:] != var[:-1]), axis=2)  # (ndraws - 1, m)
     runs = 1 + changed.sum(axis=0)
-    num_runs = int(runs.max())
+    num_runs = compressed_steps(int(runs.max()), ndraws)
     out_var = np.empty((num_runs, *var.shape[1:]), var.dtype)
     out_split = np.empty((num_runs, *split.shape[1:]), split.dtype)
     out_leaf = np.zeros((num_runs, *leaf.shape[1:]), np.float32)
@@ -245,3 +249,21 @@ def compress_trace(trace: TreeHeaps) -> TreeHeaps:
         out_split[r:, j] = split[starts[-1], j]
         out_leaf[:r, j] = np.add.reduceat(leaf[:, j].astype(np.float64), starts, axis=0)
     return TreeHeaps(out_var, out_split, out_leaf)
+
+
+# The steps of a compressed trace are a multiple of ndraws / _RUN_STEPS: at
+# most that many programs per ndraws, each at most ndraws / _RUN_STEPS
+# traversals more than the runs need.
+_RUN_STEPS = 16
+
+
+def compressed_steps(num_runs: int, ndraws: int) -> int:
+    """The steps of the compressed trace of `ndraws` draws whose tree with
+    most runs has `num_runs`: rounded up to a multiple of
+    ``ceil(ndraws / 16)``, at most `ndraws`.
+
+    >>> [compressed_steps(r, 1000) for r in (1, 63, 64, 300, 990)]
+    [63, 63, 126, 315, 1000]
+    """
+    unit = -(-ndraws // _RUN_STEPS)
+    return min(ndraws, -(-num_runs // unit) * unit)
