@@ -169,6 +169,7 @@ def test_r_defaults():
         ({'type': 'wbart'}, "type must be 'abart'"),
         ({'ntype': 2}, 'ntype must be 1'),
         ({'K': 0}, 'K'),
+        ({'times': np.full(10, 3.0)}, r'times are all equal \(3\)'),
     ],
 )
 def test_checks(kwargs, match):

@@ -58,11 +58,13 @@ def test_layout_kaplan_meier_analogue():
         ([0, 1, 3, 2], None, 'delta must be coded as'),
         ([1, 0, 2], None, 'length of times and delta'),
         (DELTA, np.ones((3, 1)), 'number of rows in x_train and x_train2'),
+        # x_test2 defaults to x_test, which lacks a column of x_train2
+        (DELTA, np.ones((4, 2)), r'x_test2 \(x_test, its default\) must have 2 columns like x_train2, got 1'),
     ],
 )
 def test_layout_errors(delta, x2, match):
     with pytest.raises(ValueError, match=match):
-        bartz.crisk_pre_bart(TIMES, delta, X, x_train2=x2)
+        bartz.crisk_pre_bart(TIMES, delta, X, x_test=X[:1], x_train2=x2)
 
 
 # ---------------------------------------------------------------- the fits, R's attributes and predict
@@ -160,6 +162,9 @@ def test_predict_refuses_a_bad_layout(small):
         bartz.predict(post, post.tx_test[::-1])
     with pytest.raises(ValueError, match='same number of rows'):
         post.r_predict(post.tx_test, post.tx_test2[:4])
+    wide = np.column_stack([post.tx_test2, post.tx_test2[:, 1]])
+    with pytest.raises(ValueError, match=r'newdata2 must have 2 columns like tx_train2 \(the time first'):
+        post.r_predict(post.tx_test, wide)
 
 
 def test_crisk_expanded_input_same_draws(small):
@@ -190,13 +195,19 @@ def test_crisk_dataframe_and_id():
         (dict(nkeeptrain=3), TypeError, 'unexpected keyword'),
         (dict(times=None), ValueError, 'needs times and delta'),
         (dict(cond=np.array([0, 10_000])), ValueError, 'cond must hold row indices'),
+        # ntree=0 would be refused when the first fit starts: the test rows are checked before it
+        (dict(x_test=np.ones((2, 1)), x_test2=np.ones((2, 3)), ntree=0), ValueError,
+         r'x_test2 must have 1 columns like x_train2 \(x_train, its default\), got 3'),
+        (dict(x_test=np.ones((2, 1)), x_train2=np.ones((20, 2)), ntree=0), ValueError,
+         r'x_test2 \(x_test, its default\) must have 2 columns like x_train2, got 1'),
     ],
 )
 def test_crisk_bart_errors(kwargs, error, match):
+    """Refused in the terms of the arguments given, before any fit."""
     x, times, delta = _two_exponentials(0, 20)
     args = dict(x_train=x, times=times, delta=delta) | kwargs
     with pytest.raises(error, match=match):
-        bartz.crisk_bart(**args, **SMALL)
+        bartz.crisk_bart(**(SMALL | args))
 
 
 # ---------------------------------------------------------------- recovery of known cumulative incidence

@@ -187,11 +187,14 @@ def test_mc_mbart2_defaults(tiny):
         ({'offset': [0.0, 0.0]}, ValueError, 'offset must be None or 3 numbers'),
         ({'offset': [0.0, np.inf, 0.0]}, ValueError, 'offset must be finite'),
         ({'nkeeptrain': 5}, TypeError, 'unexpected keyword'),
+        ({'y_train': slice(29)}, ValueError, r'y_train must have one category per row of x_train \(30 rows\), got 29'),
     ],
 )
 @pytest.mark.parametrize('function', [bartz.mbart, bartz.mbart2])
 def test_bad_arguments(function, kwargs, error, match):
     x, y = simulate(3, 30)
+    kwargs = dict(kwargs)
+    y = y[kwargs.pop('y_train', slice(None))]  # a slice of the outcomes: lengths that differ
     with pytest.raises(error, match=match):
         function(x, y, **kwargs, **TINY)
 

@@ -80,6 +80,7 @@ def test_layout_vector_times_and_dataframe():
         (dict(times=[[NAN]], delta=[[NAN]]), 'at least one time'),
         (dict(times=[[1], [2]], delta=[[1], [0]], x_train=[[1.0]]), 'number of rows in x.train'),
         (dict(times=[[1]], delta=[[1]], tstop=[[1, 2]]), 'tstop must have the shape'),
+        (dict(times=[[2, 4]], delta=[[1, 1]], tstop=[[3, 3.5]]), r'tstop must be at or after times.*got 3.5 < 4 at \[0, 1\]'),
         (dict(times=[[1]], delta=[[1]], last_value=0), 'last_value must be True or False'),
         (dict(times=[[1]], delta=[[1]], x_train=pd.DataFrame({'N': [1.0]})), "columns named \\['N'\\]"),
     ],
@@ -146,6 +147,14 @@ def test_predict_equals_the_fits_test_draws(small):
     np.testing.assert_allclose(mean.cum_test_mean, small.cum_test_mean, rtol=1e-12)
 
 
+def test_predict_refuses_rows_out_of_time_order(small):
+    """The cumulative hazard is a running sum along a subject's rows: shuffled rows are refused."""
+    rows = np.arange(len(small.tx_test))
+    rows[[1, 2]] = rows[[2, 1]]  # the first subject's second and third grid times swapped
+    with pytest.raises(ValueError, match=r'newdata must have, for each subject, its rows in time order'):
+        bartz.predict(small, small.tx_test[rows])
+
+
 def test_expanded_rows_give_the_same_fit(small):
     """R's second case: y_train and the expanded rows give the chain of the times/delta call."""
     pre = recur_pre_bart(TIMES, DELTA)
@@ -189,11 +198,19 @@ def test_mc_recur_bart():
         (dict(x_train=np.ones((3, 3)), y_train=[0, 2, 1]), ValueError, 'y_train must be 0/1'),
         (dict(x_train=[[1.0, 1.0, 0.0], [2.0, 1.0, 1.0]], y_train=[0, 1], x_test=[[1.5, 1.0, 0.0]]),
          ValueError, 'not on the time grid'),
+        (dict(times=TIMES, delta=DELTA, tstop=TIMES), TypeError, r"recur_bart\(\) got unexpected .* R's recur.bart"),
+        (dict(times=TIMES, delta=np.where(np.isnan(DELTA), np.nan, 0)), ValueError, 'delta has no events'),
+        # ntree=0 would be refused when the fit starts: the test rows are checked before it
+        (dict(x_train=[[1.0, 1.0, 0.0], [2.0, 1.0, 1.0]], y_train=[0, 1], x_test=[[1.0, 1.0]], ntree=0),
+         ValueError, 'x_test must have 3 columns like x_train, got 2'),
+        (dict(x_train=[[1.0, 1.0, 0.0], [2.0, 1.0, 1.0]], y_train=[0, 1], x_test=[[2.0, 1.0, 0.0], [1.0, 1.0, 0.0]],
+              ntree=0), ValueError, r'x_test must have, for each subject, its rows in time order'),
     ],
 )
 def test_recur_bart_errors(kwargs, error, match):
+    """Refused in the terms of the arguments given, before any fit."""
     with pytest.raises(error, match=match):
-        bartz.recur_bart(**kwargs, **SMALL)
+        bartz.recur_bart(**(SMALL | kwargs))
 
 
 def test_x_test_ignored_with_a_warning():

@@ -57,10 +57,18 @@ def test_layout_K_quantiles_with_ties():
 
 
 def test_layout_events_grid():
-    """A time off the given grid gives no event row (R's rule)."""
-    pre = surv_pre_bart([1.5, 2, 3], [1, 1, 1], events=[1, 2, 3])
+    """A time off the given grid gives no event row (R's rule), with a warning counting the lost events."""
+    with pytest.warns(UserWarning, match='1 of the 3 events are at times not on the events grid'):
+        pre = surv_pre_bart([1.5, 2, 3], [1, 1, 1], events=[1, 2, 3])
     np.testing.assert_array_equal(pre.y_train, [0, 0, 1, 0, 0, 1])
     np.testing.assert_array_equal(pre.tx_train[:, 0], [1, 1, 2, 1, 2, 3])
+
+
+def test_layout_x_test_without_x_train_warns():
+    """As R, x_test is ignored without x_train (tx_test is the grid), but not silently."""
+    with pytest.warns(UserWarning, match='x_test is ignored without x_train'):
+        pre = surv_pre_bart([1, 2], [1, 0], x_test=[[1.0], [2.0]])
+    np.testing.assert_array_equal(pre.tx_test, [[1.0], [2.0]])
 
 
 def test_layout_dataframe():
@@ -91,6 +99,11 @@ def test_layout_time_dependent():
         (dict(times=[1, 2], delta=[1, 1], x_train=[[1.0]]), 'number of rows in x.train'),
         (dict(times=[1, 2], delta=[1, 1], x_train=[[1.0], [2.0]], ztimes=[0]), 'ztimes and zdelta'),
         (dict(times=[1, 2], delta=[1, 1], x_train=[[1.0], [2.0]], ztimes=[3], zdelta=[0]), 'ztimes must'),
+        (dict(times=[], delta=[]), 'times must have at least one value'),
+        (dict(times=[1, 2], delta=[1, 1], x_train=[[1.0], [2.0]], x_test=[[1.0, 2.0]]),
+         'x_test must have 1 columns like x_train, got 2'),
+        (dict(times=[1, 2], delta=[1, 1], x_train=pd.DataFrame({'g': ['a', 'b']}), x_test=pd.DataFrame({'g': ['c']})),
+         "level 'c', not seen in x_train"),
     ],
 )
 def test_layout_errors(kwargs, match):
@@ -167,6 +180,8 @@ def test_surv_bart_dataframe_and_id():
 
 def test_predict_survbart_layout_refused(small):
     _, _, _, _, post = small
+    with pytest.raises(ValueError, match=r'newdata must have 2 columns like tx_train \(the time first'):
+        bartz.predict(post, np.ones((4, 1)))  # the covariate without the time column
     with pytest.raises(ValueError, match='grid times'):
         bartz.predict(post, post.tx_test[::-1])
     with pytest.raises(ValueError, match="'draws' or 'mean'"):
@@ -212,13 +227,21 @@ def test_surv_bart_lbart_and_kaplan_meier_analogue():
         (dict(times=None), ValueError, 'needs times and delta'),
         (dict(y_train=[0, 1, 2]), ValueError, r'y.train has >2 values'),
         (dict(keep_test_draws=1), TypeError, 'keep_test_draws'),
+        (dict(delta=[0, 0, 0]), ValueError, 'delta has no events'),
+        (dict(x_train=[[1.0]], times=[1.0], delta=[1]), ValueError, 'every one of the 1 person-period rows is an event'),
+        # ntree=0 would be refused when the fit starts: the test rows are checked before it
+        (dict(x_test=np.ones((2, 2)), ntree=0), ValueError, 'x_test must have 1 columns like x_train, got 2'),
+        (dict(y_train=[0, 1, 0], x_test=[[1.0, 2, 3]], ntree=0), ValueError, 'x_test must have 2 columns like x_train, got 3'),
     ],
 )
 def test_surv_bart_errors(kwargs, error, match):
+    """Refused in the terms of the arguments given, before any fit."""
     x, times, delta = _exponential(3, n=3)
     args = dict(x_train=x, times=times, delta=delta) | kwargs
+    if 'y_train' in kwargs:  # R's second case: x_train the expanded rows (time, covariate)
+        args |= dict(x_train=np.array([[1.0, 0], [2, 0], [1, 1]]), times=None, delta=None)
     with pytest.raises(error, match=match):
-        bartz.surv_bart(**args, **SMALL)
+        bartz.surv_bart(**(SMALL | args))
 
 
 # ---------------------------------------------------------------- recovery of a known survival

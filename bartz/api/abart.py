@@ -244,6 +244,9 @@ def _check_survival(x_train, times, delta, K, type_, ntype):
     if not np.all(t > 0):
         msg = f'times must be positive (they are logged), got minimum {t.min()}'
         raise ValueError(msg)
+    if n > 1 and np.all(t == t[0]):
+        msg = f'times are all equal ({float(t[0]):g}): there is nothing to fit'
+        raise ValueError(msg)
     d = checks.as_vector('delta', delta, n)
     values = np.unique(d)
     if not np.all(np.isin(values, (0.0, 1.0))):

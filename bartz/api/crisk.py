@@ -182,7 +182,10 @@ class CriskBARTFit(familyio.Saveable):
         CriskPrediction
         """
         max_memory = checks._check_int('max_memory', max_memory, 1)
+        name2 = 'newdata2' if newdata2 is not None else 'newdata2 (newdata, its default)'
         newdata, newdata2 = _check_test_pair(newdata, newdata if newdata2 is None else newdata2, 'newdata')
+        survival.check_width('newdata', newdata, self.fit)
+        survival.check_width(name2, newdata2, self.fit2, 'tx_train2')
         grid = survival.check_grid('newdata', newdata)
         survival.check_grid('newdata2', newdata2, grid)
         out = _test_draws(self, newdata, newdata2, grid, max_memory)
@@ -449,6 +452,7 @@ def _fit_model(cls, data, pair, type_, id_, seed, nice, gbart_args, options):
     options.setdefault('save_yhat_train', False)
     key = checks.make_key(seed)
     layout = (crisk_layout if cls is CriskBARTFit else crisk2_layout)(*data)
+    tests = None if layout.tx_test is None else _checked_tests(layout)  # before the fits, not after
     rows2 = slice(None) if layout.cond is None else layout.cond
     fits = [
         gbart(
@@ -459,7 +463,15 @@ def _fit_model(cls, data, pair, type_, id_, seed, nice, gbart_args, options):
             [(layout.tx_train, layout.y_train), (take_rows(layout.tx_train2, rows2), layout.y_train2[rows2])]
         )
     ]  # fmt: skip
-    return _package(cls, fits, layout, id_, options.get('max_memory', grove.DEFAULT_MAX_MEMORY))
+    return _package(cls, fits, layout, tests, id_, options.get('max_memory', grove.DEFAULT_MAX_MEMORY))
+
+
+def _checked_tests(layout: Layout):
+    """The test rows of both fits, checked to be R's layout on the fit's grid."""
+    tx, tx2 = _check_test_pair(layout.tx_test, layout.tx_test2, 'x_test')
+    survival.check_grid('x_test', tx, layout.times)
+    survival.check_grid('x_test2', tx2, layout.times)
+    return tx, tx2
 
 
 def _check_options(cls, options, type_):
@@ -477,16 +489,14 @@ def _check_options(cls, options, type_):
         raise TypeError(msg)
 
 
-def _package(cls, fits: list[BARTFit], layout: Layout, id_, max_memory):
+def _package(cls, fits: list[BARTFit], layout: Layout, tests, id_, max_memory):
     """R's ``criskbart`` (or ``crisk2bart``) list: the fits, the grid and the test draws."""
     post = cls(
         fit=fits[0], fit2=fits[1], type=fits[0].type, times=layout.times, K=layout.K, id=id_,
         cond=layout.cond, tx_train=layout.tx_train, tx_train2=layout.tx_train2, offset2=float(fits[1].offset),
     )  # fmt: skip
-    if layout.tx_test is not None:
-        tx, tx2 = _check_test_pair(layout.tx_test, layout.tx_test2, 'x_test')
-        survival.check_grid('x_test', tx, layout.times)
-        survival.check_grid('x_test2', tx2, layout.times)
+    if tests is not None:
+        tx, tx2 = tests
         post.tx_test, post.tx_test2 = tx, tx2
         for name, value in _test_draws(post, tx, tx2, layout.times, max_memory).items():
             setattr(post, name, value)

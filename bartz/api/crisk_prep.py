@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from bartz.api import survival
-from bartz.api.survival_prep import surv_pre_bart
+from bartz.api.survival_prep import check_covariates, check_like_train, surv_pre_bart
 from bartz.prep import checks
 
 __all__ = ['CriskPre', 'crisk_pre_bart']
@@ -80,10 +80,7 @@ def crisk_pre_bart(times, delta, x_train=None, x_test=None, x_train2=None, x_tes
     array([0, 2, 3, 4, 5])
     """
     delta = _check_delta(times, delta)
-    x_train2 = x_train if x_train2 is None else x_train2
-    x_test2 = x_test if x_test2 is None else x_test2
-    _check_same_rows('x_train', x_train, 'x_train2', x_train2)
-    _check_same_rows('x_test', x_test, 'x_test2', x_test2)
+    x_train2, x_test2 = _cause2_covariates(x_train, x_test, x_train2, x_test2)
     pre = surv_pre_bart(times, (delta == 1).astype(np.int64), x_train, x_test, K=K)
     pre2 = surv_pre_bart(times, (delta == 2).astype(np.int64), x_train2, x_test2, K=K)
     return CriskPre(
@@ -103,6 +100,22 @@ def _check_delta(times, delta) -> np.ndarray:
         msg = f'delta must be coded as: 0(censored), 1(cause 1) or 2(cause 2), both causes present; got {sorted(codes)}'
         raise ValueError(msg)
     return delta
+
+
+def _cause2_covariates(x_train, x_test, x_train2, x_test2):
+    """The covariates of cause 2 (those of cause 1 where not given, as R),
+    checked against cause 1's rows and, for the test rows, against the
+    columns of ``x_train2`` before any fit."""
+    name2 = 'x_train2' if x_train2 is not None else 'x_train2 (x_train, its default)'
+    test_name2 = 'x_test2' if x_test2 is not None else 'x_test2 (x_test, its default)'
+    x_train2 = x_train if x_train2 is None else x_train2
+    x_test2 = x_test if x_test2 is None else x_test2
+    _check_same_rows('x_train', x_train, 'x_train2', x_train2)
+    _check_same_rows('x_test', x_test, 'x_test2', x_test2)
+    test2 = None if x_train2 is None else check_covariates(test_name2, x_test2, None)
+    if test2 is not None:
+        check_like_train(test_name2, test2, name2, check_covariates(name2, x_train2, None))
+    return x_train2, x_test2
 
 
 def _check_same_rows(name, x, name2, x2):
@@ -153,10 +166,7 @@ def crisk2_layout(x_train, y_train, x_train2, y_train2, times, delta, K, x_test,
     if y_train is None:
         _need_times(times, delta, 'crisk2_bart')
         delta = _check_delta(times, delta)
-        x_train2 = x_train if x_train2 is None else x_train2
-        x_test2 = x_test if x_test2 is None else x_test2
-        _check_same_rows('x_train', x_train, 'x_train2', x_train2)
-        _check_same_rows('x_test', x_test, 'x_test2', x_test2)
+        x_train2, x_test2 = _cause2_covariates(x_train, x_test, x_train2, x_test2)
         pre = surv_pre_bart(times, (delta > 0).astype(np.int64), x_train, x_test, K=K)
         pre2 = surv_pre_bart(times, (delta == 1).astype(np.int64), x_train2, x_test2, K=K)
         event = np.flatnonzero(pre.y_train == 1)
@@ -186,6 +196,9 @@ def _given_rows(x_train, y_train, x_train2, y_train2, x_test, x_test2):
     y2 = _binary('y_train2', y_train2, checks.num_rows(x_train2))
     grid = np.unique(survival.first_column(x_train))
     _check_same_rows('x_test', x_test, 'x_test2', x_test2)
+    if x_test is not None and checks.num_rows(x_test):
+        check_like_train('x_test', x_test, 'x_train', x_train)
+        check_like_train('x_test2', x_test2, 'x_train2', x_train2)
     return x_train, y, x_train2, y2, x_test, x_test2, grid
 
 

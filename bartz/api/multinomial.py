@@ -326,6 +326,9 @@ def _fit(model, x_train, y_train, x_test, type_, offset, cuts, seed, gbart_args,
     key = checks.make_key(seed)
     enc = encoding_mod.fit_encoding(x_train, 'x_train')
     x = enc.encode(x_train, 'x_train')
+    if len(x) != codes.size:
+        msg = f'y_train must have one category per row of x_train ({len(x)} rows), got {codes.size}'
+        raise ValueError(msg)
     xinfo = _whole_data_xinfo(x, *cuts, gbart_args['usequants'])
     x_test = None if x_test is None else _encoded(enc, x_test, 'x_test')
     fits = []

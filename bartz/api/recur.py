@@ -34,7 +34,7 @@ import pandas as pd
 
 from bartz.api import familyio, rfamily, survival
 from bartz.api.gbart import gbart
-from bartz.api.survival_prep import check_covariates
+from bartz.api.survival_prep import check_covariates, check_like_train
 from bartz.forest import grove
 from bartz.prep import checks
 
@@ -76,7 +76,8 @@ def recur_pre_bart(times, delta, x_train=None, tstop=None, last_value=True):
     tstop
         Optional ``(N, J)`` ends of non-instantaneous events: between
         ``times[i, j]`` and ``tstop[i, j]`` the subject is not at risk
-        (0 or NaN: no such interval). Their values join the grid, as R.
+        (0 or NaN: no such interval); none before its ``times``. Their
+        values join the grid, as R.
     last_value
         With False, the rows of ``tx_test`` after a subject's follow-up
         have ``v`` and ``N`` NaN (R's NA, R's rule at the last time); with
@@ -96,7 +97,8 @@ def recur_pre_bart(times, delta, x_train=None, tstop=None, last_value=True):
     Raises
     ------
     ValueError
-        Shapes that differ, ``delta`` not 0/1, a subject without a time.
+        Shapes that differ, ``delta`` not 0/1, a subject without a time,
+        a ``tstop`` before its time.
 
     Examples
     --------
@@ -169,6 +171,14 @@ def _check_recur(times, delta, tstop):
     tstop = matrix('tstop', tstop)
     if tstop.shape != times.shape:
         msg = f'tstop must have the shape of times, {times.shape}, got {tstop.shape}'
+        raise ValueError(msg)
+    stops = ~np.isnan(times) & ~np.isnan(tstop) & (tstop != 0)
+    if np.any(stops & (tstop < times)):
+        i, h = np.argwhere(stops & (tstop < times))[0]
+        msg = (
+            'tstop must be at or after times (the end of the interval an event starts), '
+            f'got {float(tstop[i, h]):g} < {float(times[i, h]):g} at [{i}, {h}]'
+        )
         raise ValueError(msg)
     return times, delta, tstop
 
@@ -310,8 +320,9 @@ class RecurBARTFit(familyio.Saveable):
         newdata
             ``(m, p + 3)`` rows in R's ``tx_test`` layout (``t, v, N``,
             then the covariates), each subject's rows in time order from
-            the first grid time; the grid is the distinct values of the
-            first column, as R.
+            the first grid time (checked: the cumulative hazard is a
+            running sum along the rows); the grid is the distinct values of
+            the first column, as R.
         max_memory
             Bytes of temporary memory, on the device (as
             `bartz.BARTFit.predict`) and on the host for each block of rows.
@@ -332,7 +343,8 @@ class RecurBARTFit(familyio.Saveable):
             msg = f'newdata must be 2-D rows in tx_test layout (t, v, N, covariates), got shape {np.shape(newdata)}'
             raise ValueError(msg)
         grid = np.unique(survival.first_column(newdata))
-        out = _hazards(self.fit, newdata, grid, max_memory, keep_draws=kind == 'draws', with_grid=True)
+        out = _hazards(self.fit, newdata, grid, max_memory, keep_draws=kind == 'draws', with_grid=True,
+                       name='newdata')
         return RecurPrediction(
             out['yhat_test'], newdata, grid, int(grid.size), out['prob_test'], out['prob_test_mean'],
             out['haz_test'], out['haz_test_mean'], out['cum_test'], out['cum_test_mean'], float(self.fit.offset),
@@ -433,12 +445,14 @@ def recur_bart(
     mc_cores = options.pop('_mc_cores', 1)
     if rho is None and x_train is not None and checks.num_rows(x_train):
         rho = int(np.shape(x_train)[1]) if np.ndim(x_train) == 2 else 1
-    survival.check_options(options, type)
+    survival.check_options(options, type, 'recur_bart')
     checks._check_int('nice', nice, 0)
     for name, value in (('x_test_nogrid', x_test_nogrid), ('keeptrainfits', keeptrainfits),
                         ('keep_test_draws', keep_test_draws)):
         checks._check_bool(name, value)
     pre = _expand(x_train, y_train, times, delta, x_test)
+    if pre.tx_test is not None:  # before the fit, not after
+        check_test_rows(pre.tx_test, pre.times, 'x_test' if not x_test_nogrid else None)
     fit = gbart(
         pre.tx_train, pre.y_train, None, type=type, sparse=sparse, theta=theta, omega=omega, a=a, b=b,
         augment=augment, rho=rho, xinfo=xinfo, usequants=usequants, rm_const=rm_const, k=k, power=power,
@@ -481,7 +495,9 @@ def _expand(x_train, y_train, times, delta, x_test) -> RecurPre:
         if x_test is not None and checks.num_rows(x_test):
             warnings.warn('x_test is ignored when times and delta are given: as R, tx_test is every subject of '
                           'x_train at every grid time (pass y_train and expanded rows to choose them)', stacklevel=3)
-        return recur_pre_bart(times, delta, x_train)
+        pre = recur_pre_bart(times, delta, x_train)
+        survival.check_events(pre.y_train)
+        return pre
     if x_train is None or np.ndim(x_train) != 2 or np.shape(x_train)[1] < 3:
         msg = f'with y_train given, x_train must be the expanded rows (t, v, N, covariates), got {x_train!r:.60}'
         raise ValueError(msg)
@@ -491,6 +507,8 @@ def _expand(x_train, y_train, times, delta, x_test) -> RecurPre:
         raise ValueError(msg)
     grid = np.unique(survival.first_column(x_train))
     tx_test = x_test if x_test is not None and checks.num_rows(x_test) else None
+    if tx_test is not None:
+        check_like_train('x_test', tx_test, 'x_train', x_train)
     return RecurPre(y.astype(np.int64), x_train, tx_test, grid, int(grid.size))
 
 
@@ -510,13 +528,13 @@ def _package(fit, pre: RecurPre, keep_train, with_grid, keep_draws, max_memory) 
                         tx_test=pre.tx_test, **train, **test)
 
 
-def _hazards(fit, tx, grid, max_memory, *, keep_draws, with_grid) -> dict:
+def _hazards(fit, tx, grid, max_memory, *, keep_draws, with_grid, name='x_test') -> dict:
     """Draws (or only means) of the latent f, p, the hazard and the cumulative hazard
     at the rows `tx`, a block of rows at a time (the running sum carried across)."""
     rows, ndpost = checks.num_rows(tx), fit.ndpost
     names = ('yhat_test', 'prob_test') + (('haz_test', 'cum_test') if with_grid else ())
     t = survival.first_column(tx)
-    _grid_index(t, grid, 'x_test' if with_grid else None)
+    check_test_rows(tx, grid, name if with_grid else None)
     block = max(1, max_memory // (_BYTES_PER_CELL * ndpost))
     out = {name: np.empty((ndpost, rows), np.float32) if keep_draws else None for name in names}
     means = {f'{name}_mean': np.empty(rows) for name in names}
@@ -528,13 +546,31 @@ def _hazards(fit, tx, grid, max_memory, *, keep_draws, with_grid) -> dict:
         draws = {'yhat_test': pred.yhat_test, 'prob_test': pred.prob_test}
         if with_grid:
             prob = np.asarray(pred.prob_test, np.float64)
-            draws['haz_test'], draws['cum_test'] = _hazard_and_cumulative(prob, t[part], grid, carry, 'x_test')
+            draws['haz_test'], draws['cum_test'] = _hazard_and_cumulative(prob, t[part], grid, carry, name)
             carry = draws['cum_test'][:, -1]
         for name, value in draws.items():
             if keep_draws:
                 out[name][:, part] = value
             means[f'{name}_mean'][part] = np.mean(value, axis=0, dtype=np.float64)
     return out | means
+
+
+def check_test_rows(tx, grid, name):
+    """Rows whose cumulative hazard can be read (when `name`): each time on
+    the grid, increasing within a subject (a subject starts at the first grid
+    time), as R's layout; the running sum along the rows means nothing otherwise."""
+    if name is None:
+        return
+    j = _grid_index(survival.first_column(tx), grid, name)
+    layout = f"{name} must have, for each subject, its rows in time order from the first grid time (R's tx.test layout)"
+    if j[0] != 0:
+        msg = f'{layout}, but its first row is at time {float(grid[j[0]]):g}, not {float(grid[0]):g}'
+        raise ValueError(msg)
+    back = np.flatnonzero((j[1:] != 0) & (j[1:] <= j[:-1]))
+    if back.size:
+        i = int(back[0]) + 1
+        msg = f'{layout}, but row {i} (time {float(grid[j[i]]):g}) follows a row at time {float(grid[j[i - 1]]):g}'
+        raise ValueError(msg)
 
 
 def _grid_index(t, grid, name) -> np.ndarray:

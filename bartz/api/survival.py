@@ -31,7 +31,7 @@ import pandas as pd
 from bartz.api import familyio, rfamily
 from bartz.api.fit import BARTFit
 from bartz.api.gbart import gbart
-from bartz.api.survival_prep import SurvPre, surv_pre_bart
+from bartz.api.survival_prep import SurvPre, check_like_train, surv_pre_bart
 from bartz.forest import grove
 from bartz.prep import checks
 
@@ -133,6 +133,7 @@ class SurvBARTFit(familyio.Saveable):
             msg = f"kind must be 'draws' or 'mean', got {kind!r}"
             raise ValueError(msg)
         newdata = newdata if isinstance(newdata, pd.DataFrame) else np.asarray(newdata)
+        check_width('newdata', newdata, self.fit)
         grid = check_grid('newdata', newdata)
         out = _survival(self.fit, newdata, grid, max_memory, keep_draws=kind == 'draws')
         return SurvPrediction(
@@ -246,6 +247,9 @@ def surv_bart(
     checks._check_int('nice', nice, 0)
     checks._check_bool('keep_test_draws', keep_test_draws)
     pre = _expand(x_train, y_train, times, delta, x_test, K, events, ztimes, zdelta)
+    if pre.tx_test is not None:  # before the fit, not after
+        given = ' (with y_train given, x_train and x_test are expanded rows; or pass times= and delta=)'
+        check_grid('x_test', pre.tx_test, pre.times, hint=given if y_train is not None else '')
     fit = gbart(
         pre.tx_train, pre.y_train, None, type=type, sparse=sparse, theta=theta, omega=omega, a=a, b=b,
         augment=augment, rho=rho, xinfo=xinfo, usequants=usequants, rm_const=rm_const, k=k, power=power,
@@ -275,15 +279,16 @@ def mc_surv_bart(
     return surv_bart(x_train, y_train, times, delta, x_test, seed=seed, **kwargs, _mc_cores=mc_cores)
 
 
-def check_options(options, type_):
-    """R's model types and bartz's options of `gbart`, refused in words otherwise."""
+def check_options(options, type_, name='surv_bart'):
+    """R's model types and bartz's options of `gbart`, refused in words
+    otherwise; `name` is the function called."""
     if type_ not in ('pbart', 'lbart'):
         msg = f"type argument must be set to either 'pbart' or 'lbart', got {type_!r}"
         raise ValueError(msg)
     unknown = sorted(set(options) - rfamily.BARTZ_OPTIONS)
     if unknown:
         msg = (
-            f"surv_bart() got unexpected keyword argument(s) {unknown}: R's surv.bart does not have them"
+            f"{name}() got unexpected keyword argument(s) {unknown}: R's {name.replace('_', '.')} does not have them"
             f' (bartz options accepted: {sorted(rfamily.BARTZ_OPTIONS)})'
         )
         raise TypeError(msg)
@@ -295,7 +300,9 @@ def _expand(x_train, y_train, times, delta, x_test, K, events, ztimes, zdelta) -
         if times is None or delta is None:
             msg = 'surv_bart needs times and delta (or y_train with x_train already expanded), got None'
             raise ValueError(msg)
-        return surv_pre_bart(times, delta, x_train, x_test, K=K, events=events, ztimes=ztimes, zdelta=zdelta)
+        pre = surv_pre_bart(times, delta, x_train, x_test, K=K, events=events, ztimes=ztimes, zdelta=zdelta)
+        check_events(pre.y_train)
+        return pre
     if x_train is None:
         msg = 'with y_train given, x_train must be the expanded rows (time first), got None'
         raise ValueError(msg)
@@ -305,7 +312,23 @@ def _expand(x_train, y_train, times, delta, x_test, K, events, ztimes, zdelta) -
         raise ValueError(msg)
     grid = np.unique(first_column(x_train))
     tx_test = x_test if x_test is not None and checks.num_rows(x_test) else None
+    if tx_test is not None:
+        check_like_train('x_test', tx_test, 'x_train', x_train)
     return SurvPre(y, x_train, tx_test, grid, int(grid.size))
+
+
+def check_events(y_train):
+    """Refuse person-period rows the binary fit cannot learn from, in the
+    terms of ``times`` and ``delta`` (the user never passed ``y_train``)."""
+    if not y_train.any():
+        msg = 'delta has no events (every delta is 0, or no event time is on the grid): there is nothing to fit'
+        raise ValueError(msg)
+    if y_train.all():
+        msg = (
+            f'every one of the {y_train.size} person-period rows is an event (each person has an event at the '
+            'first grid time): the binary fit needs rows without one'
+        )
+        raise ValueError(msg)
 
 
 def _package(fit: BARTFit, pre: SurvPre, id_, keep_draws, max_memory) -> SurvBARTFit:
@@ -314,7 +337,6 @@ def _package(fit: BARTFit, pre: SurvPre, id_, keep_draws, max_memory) -> SurvBAR
         ('yhat_test', 'yhat_test_mean', 'prob_test', 'prob_test_mean', 'surv_test', 'surv_test_mean')
     )
     if pre.tx_test is not None:
-        check_grid('x_test', pre.tx_test, pre.times)
         test = _survival(fit, pre.tx_test, pre.times, max_memory, keep_draws=keep_draws, all_means=True)
     return SurvBARTFit(
         fit=fit, type=fit.type, times=pre.times, K=pre.K, id=id_, tx_train=pre.tx_train, tx_test=pre.tx_test,
@@ -328,7 +350,18 @@ def first_column(tx) -> np.ndarray:
     return checks.as_vector('the time column (the first) of tx', column, checks.num_rows(tx))
 
 
-def check_grid(name, tx, grid=None) -> np.ndarray:
+def check_width(name, tx, fit: BARTFit, train_name='tx_train'):
+    """An array of rows in ``tx`` layout has the columns of the rows `fit` was
+    fitted on (a DataFrame's are matched by name when it predicts)."""
+    if not isinstance(tx, pd.DataFrame) and np.ndim(tx) == 2 and np.shape(tx)[1] != fit._p:  # noqa: SLF001
+        msg = (
+            f'{name} must have {fit._p} columns like {train_name} (the time first, then the covariates), '  # noqa: SLF001
+            f'got {np.shape(tx)[1]}'
+        )
+        raise ValueError(msg)
+
+
+def check_grid(name, tx, grid=None, hint='') -> np.ndarray:
     """The time grid of `tx`, checked to be R's layout: blocks of the ``K`` grid times in order."""
     if checks.num_rows(tx) == 0 or np.ndim(tx) != 2:
         msg = f'{name} must be 2-D rows in tx_test layout (the time first), got shape {np.shape(tx)}'
@@ -338,7 +371,7 @@ def check_grid(name, tx, grid=None) -> np.ndarray:
     if t.size % grid.size or not (t.reshape(-1, grid.size) == grid).all():
         msg = (
             f'{name} must have, for each setting of the covariates, {grid.size} rows with the grid times '
-            f'{grid.tolist()[:5]}{"..." if grid.size > 5 else ""} in order in its first column (see surv_pre_bart)'
+            f'{grid.tolist()[:5]}{"..." if grid.size > 5 else ""} in order in its first column (see surv_pre_bart){hint}'
         )
         raise ValueError(msg)
     return grid

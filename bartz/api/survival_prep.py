@@ -14,12 +14,15 @@ person, times increasing within each person; ``tx_test`` is every row of
 ``x_test`` at every one of the ``K`` times (``K`` rows per person).
 """
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from bartz import _warn
 from bartz.prep import checks
+from bartz.prep import encoding as encoding_mod
 
 __all__ = ['SurvPre', 'surv_pre_bart']
 
@@ -59,7 +62,8 @@ def surv_pre_bart(times, delta, x_train=None, x_test=None, K=None, events=None, 
         time is moved up to the first grid time at or after it.
     events
         If given (and ``K`` is not), the time grid (positive, increasing).
-        A time not on the grid gives its person no event row, as R.
+        A time not on the grid gives its person no event row, as R (with a
+        warning saying how many events are lost).
     ztimes, zdelta
         Columns of ``x_train`` (0-based indices, or names of a DataFrame's
         columns; R: 1-based numbers) of time-dependent covariate pairs: the
@@ -74,14 +78,15 @@ def surv_pre_bart(times, delta, x_train=None, x_test=None, K=None, events=None, 
         DataFrames when ``x_train`` is one, with columns ``'t'`` and then
         those of ``x_train`` (R: ``'t', 'x1', ...`` for an unnamed matrix).
         Without ``x_train``, ``tx_test`` is the ``K`` grid times (as R,
-        ``x_test`` is ignored); with ``x_train`` and no ``x_test`` it is None.
+        ``x_test`` is ignored, with a warning); with ``x_train`` and no ``x_test`` it is None.
 
     Raises
     ------
     ValueError
-        Lengths that differ (R's messages), a time or grid point at or
-        below zero (R's message), ``delta`` not 0/1, ``events`` not
-        increasing.
+        Lengths that differ (R's messages), no times, a time or grid
+        point at or below zero (R's message), ``delta`` not 0/1, ``events``
+        not increasing, an ``x_test`` whose columns (or levels) a fit on
+        ``x_train`` could not predict at.
 
     Examples
     --------
@@ -99,11 +104,20 @@ def surv_pre_bart(times, delta, x_train=None, x_test=None, K=None, events=None, 
     """
     times, delta = _check_times(times, delta)
     x_train = check_covariates('x_train', x_train, times.size)
+    if x_train is None and x_test is not None and checks.num_rows(x_test):
+        warnings.warn('x_test is ignored without x_train: as R, tx_test is then the grid times alone',
+                      stacklevel=_warn.user_stacklevel())  # fmt: skip
     x_test = None if x_train is None else check_covariates('x_test', x_test, None)
+    if x_test is not None:
+        check_like_train('x_test', x_test, 'x_train', x_train)
     pairs = _check_pairs(ztimes, zdelta, x_train)
     times, grid = _time_grid(times, K, events)
     person, j = _person_periods(times, grid)
     y_train = (delta[person] * (times[person] == grid[j])).astype(np.int64)
+    dropped = int(delta.sum() - y_train.sum())
+    if dropped:
+        warnings.warn(f'{dropped} of the {int(delta.sum())} events are at times not on the events grid and get '
+                      'no event row (as R): give a grid that holds every event time, or K', stacklevel=_warn.user_stacklevel())
     tx_train = _with_time(grid[j], x_train, person)
     if x_train is None:
         tx_test = _with_time(grid, None, None)
@@ -122,6 +136,9 @@ def surv_pre_bart(times, delta, x_train=None, x_test=None, K=None, events=None, 
 def _check_times(times, delta):
     """`times` and `delta` as float64 vectors, with R's checks."""
     times = checks.as_vector('times', times, checks.num_rows(times))
+    if times.size == 0:
+        msg = 'times must have at least one value (one per person), got none'
+        raise ValueError(msg)
     if checks.num_rows(delta) != times.size:
         msg = 'The length of times and delta must be identical'
         raise ValueError(msg)
@@ -152,6 +169,15 @@ def check_covariates(name, x, n):
         msg = 'The length of times and the number of rows in x.train, if any, must be identical'
         raise ValueError(msg)
     return x
+
+
+def check_like_train(name, x, train_name, x_train):
+    """Refuse covariates `x` that a fit on `x_train` could not predict at
+    (other columns, a level it never saw), before the fit rather than after it."""
+    with warnings.catch_warnings():
+        # imputation and column-order warnings come again, once, when the fit predicts
+        warnings.simplefilter('ignore')
+        encoding_mod.fit_encoding(x_train, train_name).encode(x, name, train_name)
 
 
 def _check_pairs(ztimes, zdelta, x_train):

@@ -200,10 +200,11 @@ class Encoding:
         their column). ``name`` is the argument named in errors."""
         return self.expand(self.encode(x, name))
 
-    def encode(self, x, name: str) -> np.ndarray:
+    def encode(self, x, name: str, train_name: str = 'x_train') -> np.ndarray:
         """Encode ``x`` into the ``(n, p_enc)`` float64 encoded columns (R's
-        model matrix), NaN where a value is missing."""
-        values = _column_values(x, name, self)
+        model matrix), NaN where a value is missing. ``train_name`` is the
+        argument the encoding was fitted on, named in errors."""
+        values = _column_values(x, name, self, train_name)
         n = values[0].shape[0] if values else checks.num_rows(x)
         out = np.empty((n, self.num_encoded))
         e = 0
@@ -426,7 +427,7 @@ def _numeric_array(x, name: str) -> np.ndarray:
     return arr
 
 
-def _column_values(x, name: str, enc: Encoding) -> list:
+def _column_values(x, name: str, enc: Encoding, train_name: str = 'x_train') -> list:
     """The columns of ``x`` matching those of ``x_train``: by name for a
     DataFrame fitted on a DataFrame, by position otherwise."""
     if x is None:
@@ -436,13 +437,13 @@ def _column_values(x, name: str, enc: Encoding) -> list:
     series = isinstance(x, pd.Series)
     if series:
         x = x.to_frame()
-    values = _matched_columns(x, name, enc, series)
+    values = _matched_columns(x, name, enc, series, train_name)
     if isinstance(x, pd.DataFrame) != enc.named and enc.num_columns > 1:
         _warn_by_position(enc, name, named_now=isinstance(x, pd.DataFrame))
     return values
 
 
-def _matched_columns(x, name: str, enc: Encoding, series: bool) -> list:
+def _matched_columns(x, name: str, enc: Encoding, series: bool, train_name: str) -> list:
     """`_column_values` of a DataFrame (or a Series made one, `series`) or array ``x``."""
     p = enc.num_columns
     if isinstance(x, pd.DataFrame):
@@ -458,12 +459,12 @@ def _matched_columns(x, name: str, enc: Encoding, series: bool) -> list:
                 raise ValueError(msg)
             return [x[by_name[c.name]] for c in enc.columns]
         if x.shape[1] != p:
-            msg = f'{name} must have {p} columns like x_train, got {x.shape[1]}'
+            msg = f'{name} must have {p} columns like {train_name}, got {x.shape[1]}'
             raise ValueError(msg)
         return [x.iloc[:, j] for j in range(p)]
     arr = _numeric_array(x, name)
     if arr.shape[1] != p:
-        raise ValueError(columns_message(name, p, arr.shape[1], np.ndim(x) == 1))
+        raise ValueError(columns_message(name, p, arr.shape[1], np.ndim(x) == 1, train_name))
     return [arr[:, j] for j in range(p)]
 
 
@@ -506,10 +507,10 @@ def row_as_frame(x, enc: Encoding):
     return x
 
 
-def columns_message(name: str, p: int, got: int, one_dimensional: bool) -> str:
+def columns_message(name: str, p: int, got: int, one_dimensional: bool, train_name: str = 'x_train') -> str:
     """The error for an array with the wrong number of columns; a 1-d
     array is read as one column, which a single row passed flat is not."""
-    msg = f'{name} must have {p} columns like x_train, got {got}'
+    msg = f'{name} must have {p} columns like {train_name}, got {got}'
     if one_dimensional and p > 1:
         msg += f' (a 1-d array is one column; for a single row of {p} values pass it as shape (1, {p}), e.g. x[None, :])'
     return msg
